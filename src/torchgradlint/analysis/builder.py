@@ -1,0 +1,327 @@
+"""The single LibCST traversal that fills a :class:`FileModel`.
+
+One pass records imports, scopes, loops, suites, grad-mode regions, calls and
+bindings. No LibCST metadata provider runs here; positions are resolved later
+and only for reported nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from . import grad_mode
+from .model import Assign, Call, ClassInfo, FileModel, GradMode, Loop, Region, Scope, Target
+from .names import dotted_name
+
+_AUG_OPS = {
+    "AddAssign": "+=", "SubtractAssign": "-=", "MultiplyAssign": "*=", "DivideAssign": "/=",
+    "FloorDivideAssign": "//=", "ModuloAssign": "%=", "PowerAssign": "**=",
+    "MatrixMultiplyAssign": "@=", "BitOrAssign": "|=", "BitAndAssign": "&=",
+    "BitXorAssign": "^=", "LeftShiftAssign": "<<=", "RightShiftAssign": ">>=",
+}
+
+_SUITES = (cst.IndentedBlock, cst.SimpleStatementSuite)
+_STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
+
+
+def _flatten_targets(node: cst.BaseExpression, out: list[Target]) -> bool:
+    """Append the places ``node`` assigns; return True if it unpacks."""
+    if isinstance(node, cst.Name):
+        out.append(Target(node.value, "name", node=node))
+    elif isinstance(node, cst.Attribute):
+        out.append(Target(dotted_name(node), "attr", node=node))
+    elif isinstance(node, cst.Subscript):
+        out.append(Target(None, "subscript", container=dotted_name(node.value), node=node))
+    elif isinstance(node, (cst.Tuple, cst.List)):
+        for el in node.elements:
+            _flatten_targets(el.value, out)
+        return True
+    elif isinstance(node, cst.StarredElement):
+        _flatten_targets(node.value, out)
+        return True
+    return False
+
+
+class _ScopeState:
+    __slots__ = ("scope", "loops", "blocks", "regions", "statements")
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.loops: list[Loop] = []
+        self.blocks: list[cst.CSTNode] = []
+        self.regions: list[tuple[Region, cst.CSTNode]] = []  # (region, suite that ends it)
+        self.statements: list[cst.CSTNode] = []
+
+
+class _Builder(cst.CSTVisitor):
+    def __init__(self, model: FileModel) -> None:
+        super().__init__()
+        self.m = model
+        self.n = 0
+        self.states: list[_ScopeState] = []
+        self.pending_scope: dict[int, Scope] = {}
+        self.pending_region: dict[int, Region] = {}
+        self.open_regions: dict[int, Region] = {}  # id(With) -> region, to set .end
+        self.classes: list[Optional[ClassInfo]] = []
+
+    # -- helpers ---------------------------------------------------------------
+    @property
+    def st(self) -> _ScopeState:
+        return self.states[-1]
+
+    def _loc(self) -> dict:
+        st = self.st
+        return dict(
+            scope=st.scope,
+            order=self.n,
+            loops=tuple(st.loops),
+            blocks=tuple(st.blocks),
+            region=st.regions[-1][0] if st.regions else None,
+            statement=st.statements[-1] if st.statements else st.scope.node,
+        )
+
+    def _push_scope(self, scope: Scope) -> None:
+        self.m.scopes.append(scope)
+        self.states.append(_ScopeState(scope))
+
+    # -- traversal -------------------------------------------------------------
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.n += 1
+        if isinstance(node, _SUITES):
+            self._enter_suite(node)
+        elif isinstance(node, _STATEMENTS):
+            self.st.statements.append(node)
+        handler = _VISIT.get(type(node).__name__)
+        if handler is not None:
+            handler(self, node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        node = original_node
+        name = type(node).__name__
+        if isinstance(node, _SUITES):
+            self._leave_suite(node)
+        elif isinstance(node, _STATEMENTS):
+            if name == "Expr":
+                self._statement_grad_switch(node)
+            st = self.st
+            if st.statements and st.statements[-1] is node:
+                st.statements.pop()
+        if name in ("For", "While"):
+            loop = self.st.loops.pop()
+            loop.end = self.n
+        elif name in ("FunctionDef", "ClassDef"):
+            for scope in reversed(self.m.scopes):
+                if scope.node is node:
+                    scope.end = self.n
+                    break
+            if name == "ClassDef":
+                self.classes.pop()
+        elif name == "Lambda":
+            state = self.states.pop()
+            state.scope.end = self.n
+        elif name == "With":
+            region = self.open_regions.pop(id(node), None)
+            if region is not None:
+                region.end = self.n
+        elif name == "Module":
+            self.st.scope.end = self.n
+
+    def _enter_suite(self, node: cst.CSTNode) -> None:
+        scope = self.pending_scope.pop(id(node), None)
+        if scope is not None:
+            self._push_scope(scope)
+            if scope.kind == "function":
+                self._record_params(scope)
+        st = self.st
+        st.blocks.append(node)
+        region = self.pending_region.pop(id(node), None)
+        if region is not None:
+            st.regions.append((region, node))
+
+    def _leave_suite(self, node: cst.CSTNode) -> None:
+        st = self.st
+        while st.regions and st.regions[-1][1] is node:
+            region = st.regions.pop()[0]
+            if region.kind == "statement":
+                region.end = self.n
+        if st.blocks and st.blocks[-1] is node:
+            st.blocks.pop()
+        if st.scope.kind in ("function", "class") and not st.blocks:
+            self.states.pop()
+
+    def _record_params(self, scope: Scope) -> None:
+        fn = scope.node
+        assert isinstance(fn, cst.FunctionDef)
+        p = fn.params
+        params = [*p.posonly_params, *p.params, *p.kwonly_params]
+        for extra in (p.star_arg, p.star_kwarg):
+            if isinstance(extra, cst.Param):
+                params.append(extra)
+        for param in params:
+            scope.params.append(param.name.value)
+            self.m.assigns.append(
+                Assign(**self._loc(), node=param, targets=[Target(param.name.value, "name", node=param.name)],
+                       kind="param")
+            )
+
+    # -- node handlers ---------------------------------------------------------
+    def v_Module(self, node: cst.Module) -> None:
+        scope = Scope("module", node, "<module>", None, self.n)
+        self._push_scope(scope)
+        self.st.blocks.append(node)
+
+    def v_Import(self, node: cst.CSTNode) -> None:
+        self.m.names.add(node)
+
+    def v_FunctionDef(self, node: cst.FunctionDef) -> None:
+        parent = self.st.scope
+        cls = self.classes[-1] if parent.kind == "class" and self.classes else None
+        scope = Scope("function", node, node.name.value, parent, self.n,
+                      class_name=cls.name if cls else None)
+        for dec in node.decorators:
+            expr = dec.decorator
+            call = expr if isinstance(expr, cst.Call) else None
+            qn = self.m.qualname(call.func if call else expr)
+            mode = grad_mode.classify(qn, call)
+            if mode is not None:
+                scope.decorator_region = Region(node, mode, "decorator", qn or "", self.n)
+        if cls is not None:
+            cls.methods[node.name.value] = scope
+        self.m.functions.setdefault(node.name.value, []).append(scope)
+        self.pending_scope[id(node.body)] = scope
+
+    def v_ClassDef(self, node: cst.ClassDef) -> None:
+        bases = [self.m.qualname(b.value) or "" for b in node.bases if b.keyword is None]
+        info = ClassInfo(node, node.name.value, bases)
+        self.m.classes[node.name.value] = info
+        self.classes.append(info)
+        scope = Scope("class", node, node.name.value, self.st.scope, self.n)
+        self.pending_scope[id(node.body)] = scope
+
+    def v_Lambda(self, node: cst.Lambda) -> None:
+        scope = Scope("lambda", node, "<lambda>", self.st.scope, self.n)
+        self._push_scope(scope)
+        for param in node.params.params:
+            scope.params.append(param.name.value)
+
+    def v_Loop(self, node: cst.CSTNode) -> None:
+        st = self.st
+        loop = Loop(node, st.scope, st.loops[-1] if st.loops else None, self.n)
+        self.m.loops.append(loop)
+        st.loops.append(loop)
+        if isinstance(node, cst.For):
+            targets: list[Target] = []
+            unpacked = _flatten_targets(node.target, targets)
+            self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=node.iter,
+                                         kind="for", unpacked=unpacked))
+
+    def v_With(self, node: cst.With) -> None:
+        region: Optional[Region] = None
+        for item in node.items:
+            expr = item.item
+            call = expr if isinstance(expr, cst.Call) else None
+            qn = self.m.qualname(call.func if call else expr)
+            mode = grad_mode.classify(qn, call)
+            if mode is not None:
+                region = Region(node, mode, "with", qn or "", self.n)
+            if item.asname is not None:
+                targets: list[Target] = []
+                unpacked = _flatten_targets(item.asname.name, targets)
+                self.m.assigns.append(Assign(**self._loc(), node=item, targets=targets, value=expr,
+                                             kind="with", unpacked=unpacked))
+        if region is not None:
+            self.m.regions.append(region)
+            self.open_regions[id(node)] = region
+            self.pending_region[id(node.body)] = region
+
+    def _statement_grad_switch(self, node: cst.Expr) -> None:
+        """``torch.set_grad_enabled(False)`` as a statement switches grad mode
+        for the rest of the enclosing suite."""
+        call = node.value
+        if not isinstance(call, cst.Call):
+            return
+        qn = self.m.qualname(call.func)
+        if qn != "torch.set_grad_enabled":
+            return
+        mode = grad_mode.classify(qn, call)
+        st = self.st
+        if mode is None or not st.blocks:
+            return
+        region = Region(node, mode, "statement", qn, self.n)
+        self.m.regions.append(region)
+        st.regions.append((region, st.blocks[-1]))
+
+    def v_Call(self, node: cst.Call) -> None:
+        func = node.func
+        text = dotted_name(func)
+        receiver = func.value if isinstance(func, cst.Attribute) else None
+        method = func.attr.value if isinstance(func, cst.Attribute) else (
+            func.value if isinstance(func, cst.Name) else None)
+        self.m.calls.append(Call(
+            **self._loc(), node=node, func_text=text, qualname=self.m.names.qualify(text),
+            receiver=receiver, receiver_text=dotted_name(receiver) if receiver is not None else None,
+            method=method,
+        ))
+
+    def v_Assign(self, node: cst.Assign) -> None:
+        targets: list[Target] = []
+        unpacked = False
+        for t in node.targets:
+            unpacked |= _flatten_targets(t.target, targets)
+        self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=node.value,
+                                     kind="assign", unpacked=unpacked))
+
+    def v_AugAssign(self, node: cst.AugAssign) -> None:
+        targets: list[Target] = []
+        _flatten_targets(node.target, targets)
+        op = _AUG_OPS.get(type(node.operator).__name__, "?=")
+        self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=node.value,
+                                     kind="augassign", op=op))
+
+    def v_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is None:
+            return
+        targets: list[Target] = []
+        _flatten_targets(node.target, targets)
+        self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=node.value,
+                                     kind="annassign"))
+
+    def v_NamedExpr(self, node: cst.NamedExpr) -> None:
+        targets: list[Target] = []
+        _flatten_targets(node.target, targets)
+        self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=node.value,
+                                     kind="walrus"))
+
+
+_VISIT = {
+    "Module": _Builder.v_Module,
+    "Import": _Builder.v_Import,
+    "ImportFrom": _Builder.v_Import,
+    "FunctionDef": _Builder.v_FunctionDef,
+    "ClassDef": _Builder.v_ClassDef,
+    "Lambda": _Builder.v_Lambda,
+    "For": _Builder.v_Loop,
+    "While": _Builder.v_Loop,
+    "With": _Builder.v_With,
+    "Call": _Builder.v_Call,
+    "Assign": _Builder.v_Assign,
+    "AugAssign": _Builder.v_AugAssign,
+    "AnnAssign": _Builder.v_AnnAssign,
+    "NamedExpr": _Builder.v_NamedExpr,
+}
+
+
+def build_model(module: cst.Module, source: str, path: str) -> FileModel:
+    """Run the one traversal over ``module`` and return its facts.
+
+    Args:
+        module: the parsed file (``libcst.parse_module``).
+        source: the file's text, for rules that need raw text.
+        path: the path shown in diagnostics.
+    """
+    model = FileModel(module, source, path)
+    module.visit(_Builder(model))
+    return model

@@ -1,0 +1,396 @@
+"""Fact records of one file and the queries rules make over them.
+
+Every fact carries ``order``: its node's pre-order index in the traversal, so
+``a.order < b.order`` means ``a`` starts before ``b`` in the source, and a
+node ``n`` lies inside a compound node ``c`` iff ``c.order <= n.order <=
+c.end``. Positions (line/column) are not computed here: the engine resolves
+them only for the nodes that end up reported.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional
+
+import libcst as cst
+
+from .names import ImportTable, dotted_name
+
+
+class GradMode(enum.Enum):
+    """Autograd's grad mode where a node runs.
+
+    ``INHERITED`` appears only as a *local* mode: no region inside the scope
+    says anything, so the scope's base mode applies (see
+    :meth:`FileModel.grad_mode`).
+    """
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    UNKNOWN = "unknown"
+    INHERITED = "inherited"
+
+
+@dataclass(eq=False)
+class Region:
+    """A grad-mode region: a ``with`` body, a decorated function body, or the
+    rest of a block after a bare ``torch.set_grad_enabled(flag)`` statement.
+
+    ``kind`` is ``"with"``, ``"decorator"`` or ``"statement"``; ``api`` the
+    qualified name that opened it (``torch.no_grad``...).
+    """
+
+    node: cst.CSTNode
+    mode: GradMode
+    kind: str
+    api: str
+    order: int
+    end: int = -1
+
+
+@dataclass(eq=False)
+class Loop:
+    """A ``for`` or ``while`` loop (comprehensions are not loops here)."""
+
+    node: cst.CSTNode
+    scope: "Scope"
+    parent: Optional["Loop"]
+    order: int
+    end: int = -1
+
+    def contains(self, order: int) -> bool:
+        """Whether the node with pre-order index ``order`` lies in the loop."""
+        return self.order <= order <= self.end
+
+
+@dataclass(eq=False)
+class Scope:
+    """The module, a function, a lambda or a class body.
+
+    Module-level script code is a scope like a function body. ``base_mode``
+    is the grad mode a function's decorator imposes (``INHERITED`` if none).
+    """
+
+    kind: str  # "module" | "function" | "lambda" | "class"
+    node: cst.CSTNode
+    name: str
+    parent: Optional["Scope"]
+    order: int
+    end: int = -1
+    params: list[str] = field(default_factory=list)
+    class_name: Optional[str] = None
+    decorator_region: Optional[Region] = None
+
+    @property
+    def qualname(self) -> str:
+        """``Class.method`` for methods, the bare name otherwise."""
+        return f"{self.class_name}.{self.name}" if self.class_name else self.name
+
+    def contains(self, order: int) -> bool:
+        """Whether the node with pre-order index ``order`` lies in the scope."""
+        return self.order <= order <= self.end
+
+
+@dataclass(eq=False)
+class _Located:
+    scope: Scope
+    order: int
+    loops: tuple[Loop, ...]  # outermost first, within ``scope`` only
+    blocks: tuple[cst.CSTNode, ...]  # enclosing suites within ``scope``, outermost first
+    region: Optional[Region]  # innermost grad-mode region within ``scope``
+    statement: cst.CSTNode  # innermost enclosing statement
+
+    @property
+    def loop(self) -> Optional[Loop]:
+        """The innermost enclosing loop in the same scope."""
+        return self.loops[-1] if self.loops else None
+
+    def dominates(self, other: "_Located") -> bool:
+        """Straight-line test: ``self`` runs before ``other`` whenever ``other``
+        runs (same scope, earlier, in the same or an enclosing suite)."""
+        if self.scope is not other.scope or self.order >= other.order:
+            return False
+        n = len(self.blocks)
+        return other.blocks[:n] == self.blocks
+
+
+@dataclass(eq=False)
+class Call(_Located):
+    """A call expression.
+
+    ``func_text`` is the callee's dotted text (``opt.step``, ``model``),
+    ``qualname`` that text resolved through imports (``torch.no_grad``);
+    ``receiver`` the object of a method call and ``method`` its name.
+    """
+
+    node: cst.Call = None  # type: ignore[assignment]
+    func_text: Optional[str] = None
+    qualname: Optional[str] = None
+    receiver: Optional[cst.BaseExpression] = None
+    receiver_text: Optional[str] = None
+    method: Optional[str] = None
+
+    def arg(self, position: int, keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
+        """The argument at ``position`` (positional) or named ``keyword``."""
+        positional = [a for a in self.node.args if a.keyword is None and not a.star]
+        if keyword is not None:
+            for a in self.node.args:
+                if a.keyword is not None and a.keyword.value == keyword:
+                    return a.value
+        if 0 <= position < len(positional):
+            return positional[position].value
+        return None
+
+    def keyword(self, name: str) -> Optional[cst.BaseExpression]:
+        """The value of keyword argument ``name``, if given."""
+        for a in self.node.args:
+            if a.keyword is not None and a.keyword.value == name:
+                return a.value
+        return None
+
+
+@dataclass(eq=False)
+class Target:
+    """One assigned place: ``name`` (``x``), ``attr`` (``self.x``) or
+    ``subscript`` (``d[k]``, with ``container`` the dotted text of ``d``)."""
+
+    text: Optional[str]
+    kind: str
+    container: Optional[str] = None
+    node: Optional[cst.CSTNode] = None
+
+
+@dataclass(eq=False)
+class Assign(_Located):
+    """An assignment-like binding.
+
+    ``kind``: ``assign``, ``augassign`` (``op`` is e.g. ``+=``), ``annassign``,
+    ``for`` (loop target; ``value`` is the iterable), ``with`` (``as``
+    target), ``walrus`` or ``param`` (``value`` is ``None``).
+    ``unpacked`` is true when the target was one element of a tuple/list.
+    """
+
+    node: cst.CSTNode = None  # type: ignore[assignment]
+    targets: list[Target] = field(default_factory=list)
+    value: Optional[cst.BaseExpression] = None
+    kind: str = "assign"
+    op: Optional[str] = None
+    unpacked: bool = False
+
+    def binds(self, text: str) -> bool:
+        """Whether this binding (re)binds the name or attribute ``text``."""
+        return any(t.text == text and t.kind in ("name", "attr") for t in self.targets)
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    """A class definition: its name, qualified base names and method scopes."""
+
+    node: cst.ClassDef
+    name: str
+    bases: list[str]
+    methods: dict[str, Scope] = field(default_factory=dict)
+
+
+class FileModel:
+    """All facts of one file, in source order, with the queries rules use.
+
+    Built by :func:`torchgradlint.analysis.builder.build_model`; rules treat it
+    as read-only.
+    """
+
+    def __init__(self, module: cst.Module, source: str, path: str) -> None:
+        self.module = module
+        self.source = source
+        self.path = path
+        self.names = ImportTable()
+        self.scopes: list[Scope] = []
+        self.loops: list[Loop] = []
+        self.calls: list[Call] = []
+        self.assigns: list[Assign] = []
+        self.regions: list[Region] = []
+        self.classes: dict[str, ClassInfo] = {}
+        self.functions: dict[str, list[Scope]] = {}
+        self._base_mode_cache: dict[int, GradMode] = {}
+        self._callers_cache: dict[int, list[Call]] = {}
+
+    # -- names ---------------------------------------------------------------
+    def qualname(self, node: Optional[cst.CSTNode]) -> Optional[str]:
+        """Qualified name of a dotted expression (``T.no_grad`` → ``torch.no_grad``)."""
+        return self.names.qualify(dotted_name(node))
+
+    @property
+    def module_scope(self) -> Scope:
+        """The file's top-level scope."""
+        return self.scopes[0]
+
+    # -- containment ---------------------------------------------------------
+    def calls_in_scope(self, scope: Scope) -> list[Call]:
+        """Calls whose own scope is ``scope`` (nested defs excluded)."""
+        return [c for c in self.calls if c.scope is scope]
+
+    def calls_within(self, order: int, end: int) -> list[Call]:
+        """Calls lexically inside the node span ``[order, end]``, nested defs
+        and lambdas included."""
+        return [c for c in self.calls if order <= c.order <= end]
+
+    def assigns_in_scope(self, scope: Scope) -> list[Assign]:
+        """Bindings whose own scope is ``scope``."""
+        return [a for a in self.assigns if a.scope is scope]
+
+    def assigns_within(self, order: int, end: int) -> list[Assign]:
+        """Bindings lexically inside ``[order, end]``."""
+        return [a for a in self.assigns if order <= a.order <= end]
+
+    def bindings_of(self, text: str, scope: Scope) -> list[Assign]:
+        """Every binding of ``text`` (a name or dotted attribute) in ``scope``."""
+        return [a for a in self.assigns if a.scope is scope and a.binds(text)]
+
+    def reaching_binding(self, text: str, at: _Located) -> Optional[Assign]:
+        """The binding of ``text`` that certainly reaches ``at``, or ``None``.
+
+        The latest binding before ``at`` in the same scope is returned only
+        when it dominates ``at`` (straight-line, same or enclosing suite) and
+        no other binding of ``text`` lies between them in a branch; otherwise
+        the fact is ambiguous and ``None`` is returned (rules stay silent).
+        """
+        before = [a for a in self.bindings_of(text, at.scope) if a.order < at.order]
+        if not before:
+            return None
+        last = before[-1]
+        if not last.dominates(at) and not (last.statement is at.statement):
+            return None
+        return last
+
+    def enclosing_function(self, scope: Scope) -> Optional[Scope]:
+        """The nearest function scope at or above ``scope``."""
+        s: Optional[Scope] = scope
+        while s is not None and s.kind not in ("function", "lambda"):
+            s = s.parent
+        return s
+
+    # -- same-file functions ---------------------------------------------------
+    def resolve_callee(self, call: Call) -> list[Scope]:
+        """Same-file function scopes a call may invoke.
+
+        ``f(...)`` resolves to top-level or sibling functions named ``f``;
+        ``self.f(...)``/``cls.f(...)`` to methods named ``f`` of the caller's
+        class; ``Class.f(...)`` to that class's method. Unknown receivers
+        resolve to nothing.
+        """
+        text = call.func_text
+        if not text:
+            return []
+        if "." not in text:
+            return [s for s in self.functions.get(text, []) if s.class_name is None]
+        head, _, rest = text.rpartition(".")
+        if "." in rest:
+            return []
+        if head in ("self", "cls"):
+            fn = self.enclosing_function(call.scope)
+            cls = fn.class_name if fn is not None else None
+            if cls is None:
+                return []
+            found = self._method(cls, rest, set())
+            return [found] if found is not None else []
+        if head in self.classes:
+            m = self.classes[head].methods.get(rest)
+            return [m] if m is not None else []
+        return []
+
+    def _method(self, cls: str, name: str, seen: set[str]) -> Optional[Scope]:
+        info = self.classes.get(cls)
+        if info is None or cls in seen:
+            return None
+        seen.add(cls)
+        if name in info.methods:
+            return info.methods[name]
+        for base in info.bases:
+            found = self._method(base.split(".")[-1], name, seen)
+            if found is not None:
+                return found
+        return None
+
+    def callers_of(self, scope: Scope) -> list[Call]:
+        """Same-file call sites that resolve to the function ``scope``."""
+        key = id(scope)
+        if key not in self._callers_cache:
+            self._callers_cache[key] = [
+                c for c in self.calls if c.func_text and c.func_text.rsplit(".", 1)[-1] == scope.name
+                and scope in self.resolve_callee(c)
+            ]
+        return self._callers_cache[key]
+
+    # -- grad mode -----------------------------------------------------------------
+    def base_mode(self, scope: Scope, _depth: int = 0) -> GradMode:
+        """Grad mode in force on entry to ``scope``.
+
+        The module runs with grad enabled. A decorated function has its
+        decorator's mode. An undecorated function does not inherit its
+        definer's region; its mode is that of its same-file call sites when
+        they all agree, else ``UNKNOWN`` (no call site, or mixed).
+        """
+        if scope.kind in ("module", "class"):
+            return GradMode.ENABLED
+        if scope.decorator_region is not None:
+            return scope.decorator_region.mode
+        key = id(scope)
+        if key in self._base_mode_cache:
+            return self._base_mode_cache[key]
+        self._base_mode_cache[key] = GradMode.UNKNOWN  # recursion guard
+        result = GradMode.UNKNOWN
+        if _depth < 4 and scope.kind == "function":
+            modes = {self.grad_mode(c, _depth + 1) for c in self.callers_of(scope)}
+            if len(modes) == 1:
+                result = modes.pop()
+        self._base_mode_cache[key] = result
+        return result
+
+    def grad_mode(self, fact: _Located, _depth: int = 0) -> GradMode:
+        """Effective grad mode where ``fact`` runs."""
+        if fact.region is not None and fact.region.mode is not GradMode.INHERITED:
+            return fact.region.mode
+        return self.base_mode(fact.scope, _depth)
+
+    def regions_of(self, fact: _Located) -> list[Region]:
+        """Grad-mode regions enclosing ``fact`` within its scope, outermost first."""
+        return [r for r in self.regions if r.order <= fact.order <= r.end and fact.scope.contains(r.order)]
+
+
+def first(items: Iterable, default=None):
+    """The first item of ``items`` or ``default``."""
+    for item in items:
+        return item
+    return default
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Pre-order walk of an expression subtree (small subtrees only)."""
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def names_in(node: Optional[cst.CSTNode]) -> set[str]:
+    """Dotted names read anywhere in an expression (``a``, ``self.x``, ...).
+
+    Both ``self.x`` and ``self`` are included for an attribute chain.
+    """
+    found: set[str] = set()
+    if node is None:
+        return found
+    for n in walk(node):
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            d = dotted_name(n)
+            if d:
+                found.add(d)
+    return found
+
+
+def is_literal(node: Optional[cst.CSTNode], value: object) -> bool:
+    """Whether ``node`` is the literal ``True``/``False``/``None``."""
+    return isinstance(node, cst.Name) and node.value == repr(value)
+

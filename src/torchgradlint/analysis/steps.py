@@ -1,0 +1,198 @@
+"""Training-step facts: backward calls, optimizer steps, gradient resets.
+
+PyTorch docs: ``torch.Tensor.backward``, ``torch.autograd.backward``,
+``torch.autograd.grad``, ``torch.optim.Optimizer.step`` / ``zero_grad``,
+``torch.amp.GradScaler``; HF accelerate ``Accelerator.backward``, Lightning
+``Fabric.backward`` and ``LightningModule.manual_backward``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from .model import Assign, Call, FileModel, Scope, is_literal
+from .names import dotted_name
+
+# Receivers whose ``.backward(loss)`` backpropagates its argument.
+_ENGINE_RECEIVER = re.compile(r"(^|[._])(accelerator|accel|fabric|engine|model_engine|trainer)$", re.I)
+_OPTIMIZER_TOKEN = re.compile(r"^(opt|optim|optimi[sz]er)[a-z]?\d*s?$")
+_SCHEDULER_HINT = re.compile(r"sched|lr|warmup|swa", re.I)
+_RESET_NAME = re.compile(r"(zero|reset|clear|set_to_none)_?(the_)?(grad|grads|gradients)$", re.I)
+_GRAD_RESET_METHODS = frozenset({"zero_", "fill_", "detach_", "requires_grad_"})
+
+
+@dataclass(frozen=True)
+class Backward:
+    """A call that runs backward.
+
+    ``target`` is the tensor expression backpropagated; ``accumulates`` is
+    ``False`` for ``torch.autograd.grad`` (it returns gradients instead of
+    adding into ``.grad``).
+    """
+
+    call: Call
+    target: Optional[cst.BaseExpression]
+    accumulates: bool
+
+    @property
+    def retain_graph(self) -> Optional[cst.BaseExpression]:
+        """The ``retain_graph=`` argument, if given."""
+        return self.call.keyword("retain_graph")
+
+    @property
+    def create_graph(self) -> Optional[cst.BaseExpression]:
+        """The ``create_graph=`` argument, if given."""
+        return self.call.keyword("create_graph")
+
+
+@dataclass(frozen=True)
+class OptimizerStep:
+    """An optimizer step: ``opt.step()``, ``opt.step(closure)``,
+    ``scaler.step(opt)``, ``xm.optimizer_step(opt)``.
+
+    ``optimizer`` is the dotted text of the optimizer when known.
+    """
+
+    call: Call
+    optimizer: Optional[str]
+    closure: Optional[cst.BaseExpression]
+
+
+def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
+    """The :class:`Backward` this call performs, or ``None``."""
+    qn = call.qualname
+    if qn == "torch.autograd.grad":
+        return Backward(call, call.arg(0, "outputs"), accumulates=False)
+    if qn == "torch.autograd.backward":
+        return Backward(call, call.arg(0, "tensors"), accumulates=True)
+    if call.method == "manual_backward" and call.receiver is not None:
+        return Backward(call, call.arg(0), accumulates=True)
+    if call.method != "backward" or call.receiver is None:
+        return None
+    recv = call.receiver_text
+    if recv is not None and _ENGINE_RECEIVER.search(recv) and call.arg(0) is not None:
+        return Backward(call, call.arg(0, "loss"), accumulates=True)
+    if recv is not None and model.names.qualify(recv) in ("torch", "torch.autograd"):
+        return None
+    return Backward(call, call.receiver, accumulates=True)
+
+
+def optimizer_constructors(model: FileModel) -> dict[str, Assign]:
+    """Names and attributes bound to ``torch.optim.<Optimizer>(...)`` calls
+    (learning-rate schedulers excluded), mapped to their binding."""
+    found: dict[str, Assign] = {}
+    for a in model.assigns:
+        if a.kind != "assign" or not isinstance(a.value, cst.Call) or a.unpacked:
+            continue
+        qn = model.qualname(a.value.func) or ""
+        if qn.startswith("torch.optim.") and ".lr_scheduler" not in qn and ".swa_utils" not in qn:
+            for t in a.targets:
+                if t.text:
+                    found[t.text] = a
+    return found
+
+
+def _looks_like_optimizer(text: str) -> bool:
+    last = text.rsplit(".", 1)[-1].lower()
+    if _SCHEDULER_HINT.search(last):
+        return False
+    return any(_OPTIMIZER_TOKEN.match(tok) for tok in last.split("_") if tok)
+
+
+def is_optimizer(model: FileModel, text: Optional[str]) -> bool:
+    """Whether the dotted name ``text`` holds an optimizer: bound to a
+    ``torch.optim`` constructor in this file, or named like one
+    (``optimizer``, ``opt_g``, ``self.optim``) and not like a scheduler."""
+    if not text:
+        return False
+    if text in optimizer_constructors(model):
+        return True
+    return _looks_like_optimizer(text)
+
+
+def optimizer_step(model: FileModel, call: Call) -> Optional[OptimizerStep]:
+    """The :class:`OptimizerStep` this call performs, or ``None``.
+
+    ``scheduler.step()`` is not an optimizer step; neither is ``env.step(a)``.
+    """
+    if call.method == "optimizer_step":  # torch_xla: xm.optimizer_step(opt)
+        opt = call.arg(0, "optimizer")
+        return OptimizerStep(call, dotted_name(opt), None)
+    if call.method != "step" or call.receiver is None:
+        return None
+    recv = call.receiver_text
+    if recv is not None and "scaler" in recv.rsplit(".", 1)[-1].lower():
+        opt = call.arg(0, "optimizer")
+        return OptimizerStep(call, dotted_name(opt), None) if opt is not None else None
+    if not is_optimizer(model, recv):
+        return None
+    return OptimizerStep(call, recv, call.arg(0, "closure"))
+
+
+@dataclass(frozen=True)
+class GradReset:
+    """Something that clears ``.grad``: ``X.zero_grad()``, ``p.grad = None``,
+    ``p.grad.zero_()``, or a call to a helper that does one.
+
+    ``target`` is the receiver of ``zero_grad`` when it is an optimizer (the
+    reset then covers that optimizer's parameters only); ``None`` means the
+    reset may cover any parameters (a module, a loop over parameters, a
+    helper).
+    """
+
+    order: int
+    target: Optional[str]
+
+
+def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradReset]:
+    """The :class:`GradReset` a call performs, directly or through a
+    same-file helper (followed up to 3 calls deep)."""
+    if call.method == "zero_grad":
+        recv = call.receiver_text
+        target = recv if recv and recv in optimizer_constructors(model) else None
+        return GradReset(call.order, target)
+    if call.method and _RESET_NAME.search(call.method):
+        return GradReset(call.order, None)
+    recv = call.receiver_text or ""
+    if call.method in _GRAD_RESET_METHODS and (recv.endswith(".grad") or recv.endswith(".grad.data")):
+        return GradReset(call.order, None)
+    if call.qualname in ("torch.nn.init.zeros_",) and "grad" in (dotted_name(call.arg(0)) or ""):
+        return GradReset(call.order, None)
+    if _depth < 3:
+        for scope in model.resolve_callee(call):
+            if function_resets(model, scope, _depth + 1):
+                return GradReset(call.order, None)
+    return None
+
+
+def assign_reset(assign: Assign) -> Optional[GradReset]:
+    """``p.grad = ...`` (``None`` or a fresh tensor) overwrites the gradient."""
+    for t in assign.targets:
+        if t.kind == "attr" and t.text and t.text.endswith(".grad") and assign.kind in ("assign", "annassign"):
+            return GradReset(assign.order, None)
+    return None
+
+
+def function_resets(model: FileModel, scope: Scope, _depth: int = 0) -> bool:
+    """Whether calling the function ``scope`` resets gradients."""
+    span = (scope.order, scope.end)
+    if any(call_reset(model, c, _depth) for c in model.calls_within(*span) if c.order != scope.order):
+        return True
+    return any(assign_reset(a) for a in model.assigns_within(*span))
+
+
+def resets_within(model: FileModel, order: int, end: int) -> list[GradReset]:
+    """Every gradient reset lexically inside ``[order, end]`` (nested defs
+    such as LBFGS closures included) or reached through same-file helpers."""
+    out = [r for c in model.calls_within(order, end) if (r := call_reset(model, c))]
+    out += [r for a in model.assigns_within(order, end) if (r := assign_reset(a))]
+    return sorted(out, key=lambda r: r.order)
+
+
+def is_true(node: Optional[cst.BaseExpression]) -> bool:
+    """Whether ``node`` is the literal ``True``."""
+    return is_literal(node, True)

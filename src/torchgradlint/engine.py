@@ -1,0 +1,133 @@
+"""Lint one source text: prefilter, parse once, build the analysis model once,
+run every enabled rule over it, resolve positions only for reported nodes.
+"""
+
+from __future__ import annotations
+
+import tokenize
+import io
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .analysis import build_model
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix
+from .noqa import NoqaFilter
+from .registry import Rule
+
+# A file that mentions none of these cannot hold a finding of any rule.
+TORCH_HINTS = ("torch", "backward")
+
+
+@dataclass
+class LintResult:
+    """Diagnostics of one file plus whether the parser ran on it."""
+
+    diagnostics: list[Diagnostic]
+    parsed: bool
+
+
+def decode_source(data: bytes) -> str:
+    """Decode file bytes the way Python does (PEP 263 cookie, BOM, UTF-8).
+
+    Raises:
+        UnicodeDecodeError: the bytes are not valid in the declared encoding.
+        SyntaxError: the encoding cookie names an unknown codec.
+    """
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    text = data.decode(encoding)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+def _parse_error(path: str, exc: cst.ParserSyntaxError) -> Diagnostic:
+    line, col = exc.raw_line, exc.raw_column + 1
+    return Diagnostic(
+        PARSE_ERROR_CODE,
+        f"file could not be parsed, so it was not linted: {exc.message}",
+        path, line, col, line, col,
+    )
+
+
+def lint_source(
+    source: str,
+    path: str,
+    rules: Sequence[type[Rule]],
+    *,
+    apply_noqa: bool = True,
+) -> LintResult:
+    """All diagnostics of ``rules`` for one file's text, sorted by position.
+
+    Args:
+        source: the file's text.
+        path: the name shown in diagnostics.
+        rules: enabled rule classes.
+        apply_noqa: drop findings silenced by ``# noqa`` (the flake8 plugin
+            passes ``False``: flake8 applies noqa itself).
+
+    A syntax error yields a single ``TGL000`` diagnostic instead of raising.
+    """
+    if not any(h in source for h in TORCH_HINTS):
+        return LintResult([], False)
+    active = [r for r in rules if r.may_fire(source)]
+    if not active:
+        return LintResult([], False)
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return LintResult([_parse_error(path, exc)], True)
+    except RecursionError:
+        return LintResult([Diagnostic(PARSE_ERROR_CODE, "file is nested too deeply to be parsed, so it was not linted",
+                                      path, 1, 1, 1, 1)], True)
+    model = build_model(module, source, path)
+    found = []
+    for rule_cls in active:
+        for finding in rule_cls().check(model):
+            found.append((rule_cls, finding))
+    if not found:
+        return LintResult([], True)
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    diags: dict[tuple, Diagnostic] = {}
+    for rule_cls, finding in found:
+        rng = positions[finding.node]
+        fix = None
+        if finding.fix is not None:
+            old, new = finding.fix
+            orng = positions[old]
+            fix = Fix((orng.start.line, orng.start.column + 1), (orng.end.line, orng.end.column + 1),
+                      module.code_for_node(new), finding.fix_safe)
+        d = Diagnostic(rule_cls.code, finding.message, path, rng.start.line, rng.start.column + 1,
+                       rng.end.line, rng.end.column + 1, fix)
+        diags.setdefault((d.code, d.line, d.col), d)
+    out = sorted(diags.values(), key=lambda d: d.sort_key)
+    if apply_noqa:
+        out = NoqaFilter(source).filter(out)
+    return LintResult(out, True)
+
+
+def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noqa: bool = True) -> LintResult:
+    """:func:`lint_source` for raw file bytes; undecodable bytes give one
+    ``TGL000`` diagnostic."""
+    try:
+        source = decode_source(data)
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
+        return LintResult([Diagnostic(PARSE_ERROR_CODE,
+                                      f"file could not be decoded, so it was not linted: {reason}",
+                                      path, 1, 1, 1, 1)], False)
+    return lint_source(source, path, rules, apply_noqa=apply_noqa)
+
+
+def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
+    """Read and lint one file. Unreadable files give one ``TGL000`` diagnostic."""
+    shown = display or path
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return LintResult([Diagnostic(PARSE_ERROR_CODE, f"file could not be read: {exc.strerror or exc}",
+                                      shown, 1, 1, 1, 1)], False)
+    return lint_bytes(data, shown, rules)

@@ -1,0 +1,88 @@
+"""TGL001 missing-zero-grad."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..analysis.model import FileModel
+from ..analysis.names import dotted_name
+from ..analysis.steps import function_resets, resets_within
+from ..analysis.training import step_sites, training_loop_of
+from ..registry import Finding, Rule
+
+
+class MissingZeroGrad(Rule):
+    """A training loop steps an optimizer but never resets gradients.
+
+    Rests on: ``torch.optim.Optimizer.zero_grad`` and ``torch.Tensor.backward``
+    ("this function accumulates gradients in the leaves").
+    """
+
+    code = "TGL001"
+    name = "missing-zero-grad"
+    summary = "optimizer step in a training loop that never resets gradients"
+    prefilter = (("backward",), ("step",))
+    docs = """
+## What it does
+Checks for loops that call `backward()` and step an optimizer, but never reset
+the gradients (`optimizer.zero_grad()`, `model.zero_grad()`, `p.grad = None`,
+or a same-file helper that does one of these) anywhere in the loop.
+
+## Why is this bad?
+`backward()` *adds* into `.grad`. Without a reset, every step applies the sum
+of the current gradient and all earlier ones, so the effective learning rate
+grows with the step count and the update direction is dominated by stale
+batches. Training still runs and the loss may even fall at first, so the bug
+is easy to miss.
+
+Gradient accumulation is fine: a reset anywhere in the loop (for example under
+`if step % k == 0:`) keeps the rule silent, as does an LBFGS closure that
+zeroes gradients, or a helper called in the loop that does.
+
+## Example
+```python
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+```
+
+## Use instead
+```python
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+```
+
+## References
+- [torch.optim.Optimizer.zero_grad](https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html)
+- [torch.Tensor.backward](https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html)
+- [Zeroing out gradients in PyTorch](https://pytorch.org/tutorials/recipes/recipes/zeroing_out_gradients.html)
+"""
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for site in step_sites(model, model.module_scope.order, model.module_scope.end):
+            loop = training_loop_of(model, site)
+            if loop is None:
+                continue
+            resets = resets_within(model, loop.order, loop.end)
+            closure = site.step.closure
+            if closure is not None and any(
+                function_resets(model, fn) for fn in model.functions.get(dotted_name(closure) or "", [])
+            ):
+                continue
+            if resets and (any(r.target is None for r in resets)
+                           or site.step.optimizer in {r.target for r in resets}):
+                continue
+            opt = site.step.optimizer or "the optimizer"
+            if site.via is site.step.call:
+                msg = (f"`{opt}` steps in a loop with `backward()` but its gradients are never reset in the loop, "
+                       f"so each step applies the sum of all earlier gradients; call `{opt}.zero_grad()` "
+                       "once per iteration")
+            else:
+                msg = (f"`{site.via.func_text}(...)` steps `{opt}` in a loop with `backward()` but gradients are "
+                       "never reset in the loop or the helper, so each step applies the sum of all earlier "
+                       "gradients; call `zero_grad()` once per iteration")
+            yield Finding(site.via.node, msg)
