@@ -4,8 +4,9 @@ run every enabled rule over it, resolve positions only for reported nodes.
 
 from __future__ import annotations
 
-import tokenize
+import ast
 import io
+import tokenize
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -43,7 +44,22 @@ def decode_source(data: bytes) -> str:
     return text
 
 
-def _parse_error(path: str, exc: cst.ParserSyntaxError) -> Diagnostic:
+def _parse_error(source: str, path: str, exc: cst.ParserSyntaxError) -> Diagnostic:
+    """One TGL000 diagnostic for a file LibCST cannot parse.
+
+    LibCST's native parser often points past the real error; Python's own
+    compiler gives the precise place and message, so ask it first (only on
+    this rare path).
+    """
+    try:
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as err:
+        line = err.lineno or 1
+        col = err.offset or 1
+        return Diagnostic(PARSE_ERROR_CODE, f"file could not be parsed, so it was not linted: {err.msg}",
+                          path, line, col, line, col)
+    except (ValueError, RecursionError, MemoryError):
+        pass
     line, col = exc.raw_line, exc.raw_column + 1
     return Diagnostic(
         PARSE_ERROR_CODE,
@@ -78,7 +94,7 @@ def lint_source(
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return LintResult([_parse_error(path, exc)], True)
+        return LintResult([_parse_error(source, path, exc)], True)
     except RecursionError:
         return LintResult([Diagnostic(PARSE_ERROR_CODE, "file is nested too deeply to be parsed, so it was not linted",
                                       path, 1, 1, 1, 1)], True)

@@ -1,0 +1,98 @@
+"""flake8 plugin: same findings as the CLI, noqa by flake8, no work when TGL is not selected."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchgradlint.flake8_plugin import Plugin
+from torchgradlint.registry import all_rules
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+def _cli_findings(path):
+    out = subprocess.run([sys.executable, "-m", "torchgradlint", "check", "--output-format", "json",
+                          "--exit-zero", str(path)], capture_output=True, text=True, check=True)
+    return {(Path(d["filename"]).resolve(), d["location"]["row"], d["location"]["column"], d["code"])
+            for d in json.loads(out.stdout)}
+
+
+def _flake8_findings(path, select="TGL"):
+    out = subprocess.run([sys.executable, "-m", "flake8", "--isolated", f"--select={select}",
+                          "--format=%(path)s\t%(row)d\t%(col)d\t%(code)s", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode in (0, 1), out.stderr
+    found = set()
+    for line in out.stdout.splitlines():
+        p, row, col, code = line.split("\t")
+        found.add((Path(p).resolve(), int(row), int(col), code))
+    return found
+
+
+def test_flake8_reports_exactly_the_cli_findings_on_fixtures():
+    cli = _cli_findings(FIXTURES)
+    assert cli, "the fixtures must produce findings"
+    assert _flake8_findings(FIXTURES) == cli
+
+
+def test_flake8_honours_noqa(tmp_path):
+    src = (FIXTURES / "TGL001" / "bad_basic_loop.py").read_text()
+    target = tmp_path / "train.py"
+    target.write_text(src.replace("# expect: TGL001", "# noqa: TGL001"))
+    assert _flake8_findings(target) == set()
+    assert _cli_findings(target) == set()
+    target.write_text(src.replace("# expect: TGL001", "# noqa: E501"))
+    assert {c for *_, c in _flake8_findings(target)} == {"TGL001"}
+    assert {c for *_, c in _cli_findings(target)} == {"TGL001"}
+
+
+_RUN_FLAKE8_WITH_TRAPPED_ENGINE = """
+import sys
+import torchgradlint.flake8_plugin as plugin
+
+def trapped(*args, **kwargs):
+    raise SystemExit("ENGINE-RAN")
+
+plugin.lint_source = trapped
+from flake8.main.cli import main
+main(sys.argv[1:])
+"""
+
+
+def _flake8_engine_runs(select, target):
+    out = subprocess.run([sys.executable, "-c", _RUN_FLAKE8_WITH_TRAPPED_ENGINE, "--isolated",
+                          f"--select={select}", str(target)], capture_output=True, text=True)
+    return "ENGINE-RAN" in out.stdout + out.stderr
+
+
+def test_plugin_does_no_parsing_when_no_tgl_code_is_selected():
+    target = FIXTURES / "TGL001" / "bad_basic_loop.py"
+    assert not _flake8_engine_runs("F", target)
+    assert _flake8_engine_runs("F,TGL", target)  # the trap does fire when TGL is selected
+
+
+def test_plugin_selects_by_flake8_decision():
+    from flake8.style_guide import DecisionEngine
+
+    options = type("Options", (), dict(select=["TGL0"], ignore=["TGL002"], extend_select=None,
+                                       extended_default_select=["TGL", "F"], extend_ignore=None,
+                                       extended_default_ignore=[]))()
+    engine = DecisionEngine(options)
+    Plugin.parse_options(options)
+    assert {r.code for r in Plugin._rules} == {
+        r.code for r in all_rules() if engine.decision_for(r.code).name == "Selected"}
+    codes = {r.code for r in Plugin._rules}
+    assert "TGL001" in codes and "TGL002" not in codes
+    assert not any(c.startswith("TGL1") for c in codes)
+
+
+def test_plugin_columns_are_zero_based():
+    Plugin.parse_options(type("O", (), {})())  # unusual options object: falls back to defaults
+    lines = (FIXTURES / "TGL001" / "bad_basic_loop.py").read_text().splitlines(keepends=True)
+    (row, col, msg, _), = [r for r in Plugin(None, lines, "x.py").run() if r[2].startswith("TGL001")]
+    assert (row, col) == (16, 8)
+    assert msg.startswith("TGL001 ")

@@ -1,0 +1,67 @@
+"""Runs pre-commit itself: the hook fails on a bad file and passes once it is fixed."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BAD = textwrap.dedent("""\
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        loss = model(torch.randn(2, 4)).sum()
+        loss.backward()
+        opt.step()
+""")
+FIXED = BAD.replace("    loss = model", "    opt.zero_grad()\n    loss = model")
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"})
+
+
+def _hook_repo(tmp_path):
+    """A git repository holding this project's installable files, committed
+    (pre-commit clones hook repositories, so it sees only committed files)."""
+    repo = tmp_path / "hook-repo"
+    repo.mkdir()
+    for name in ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml"):
+        shutil.copy(ROOT / name, repo / name)
+    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "hook")
+    return repo
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to run pre-commit")
+def test_hook_fails_on_bad_file_and_passes_when_fixed(tmp_path):
+    hook_repo = _hook_repo(tmp_path)
+    project = tmp_path / "user-project"
+    project.mkdir()
+    _git(project, "init", "-q")
+    target = project / "train.py"
+    target.write_text(BAD)
+    _git(project, "add", "train.py")
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+    cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint", "--files", "train.py"]
+
+    bad = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "train.py:8:5: TGL001" in bad.stdout
+
+    target.write_text(FIXED)
+    _git(project, "add", "train.py")
+    good = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "Passed" in good.stdout
