@@ -14,6 +14,7 @@ import libcst as cst
 from . import grad_mode
 from .model import Assign, Call, ClassInfo, FileModel, GradMode, Loop, Region, Scope, Target
 from .names import dotted_name
+from .tree import iter_children
 
 _AUG_OPS = {
     "AddAssign": "+=", "SubtractAssign": "-=", "MultiplyAssign": "*=", "DivideAssign": "/=",
@@ -55,9 +56,8 @@ class _ScopeState:
         self.statements: list[cst.CSTNode] = []
 
 
-class _Builder(cst.CSTVisitor):
+class _Builder:
     def __init__(self, model: FileModel) -> None:
-        super().__init__()
         self.m = model
         self.n = 0
         self.states: list[_ScopeState] = []
@@ -87,6 +87,13 @@ class _Builder(cst.CSTVisitor):
         self.states.append(_ScopeState(scope))
 
     # -- traversal -------------------------------------------------------------
+    def walk(self, node: cst.CSTNode) -> None:
+        """Visit ``node`` and its subtree in source order (see :mod:`.tree`)."""
+        self.on_visit(node)
+        for child in iter_children(node):
+            self.walk(child)
+        self.on_leave(node)
+
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.n += 1
         if isinstance(node, _SUITES):
@@ -323,5 +330,5 @@ def build_model(module: cst.Module, source: str, path: str) -> FileModel:
         path: the path shown in diagnostics.
     """
     model = FileModel(module, source, path)
-    module.visit(_Builder(model))
+    _Builder(model).walk(module)
     return model

@@ -9,6 +9,7 @@ them only for the nodes that end up reported.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional
@@ -16,6 +17,7 @@ from typing import Iterable, Iterator, Optional
 import libcst as cst
 
 from .names import ImportTable, dotted_name
+from .tree import walk
 
 
 class GradMode(enum.Enum):
@@ -214,6 +216,25 @@ class FileModel:
         self.functions: dict[str, list[Scope]] = {}
         self._base_mode_cache: dict[int, GradMode] = {}
         self._callers_cache: dict[int, list[Call]] = {}
+        self._call_orders: Optional[list[int]] = None
+        self._assign_orders: Optional[list[int]] = None
+        self._bindings: Optional[dict[tuple[str, int], list[Assign]]] = None
+        self._by_scope: dict[int, tuple[list[Call], list[Assign]]] = {}
+        self.memo: dict[object, object] = {}  # per-file cache for analysis queries
+
+    def _index(self) -> None:
+        """Order indexes for range queries (facts are appended in pre-order)."""
+        self._call_orders = [c.order for c in self.calls]
+        self._assign_orders = [a.order for a in self.assigns]
+        self._bindings = {}
+        for a in self.assigns:
+            for t in a.targets:
+                if t.text and t.kind in ("name", "attr"):
+                    self._bindings.setdefault((t.text, id(a.scope)), []).append(a)
+        for c in self.calls:
+            self._by_scope.setdefault(id(c.scope), ([], []))[0].append(c)
+        for a in self.assigns:
+            self._by_scope.setdefault(id(a.scope), ([], []))[1].append(a)
 
     # -- names ---------------------------------------------------------------
     def qualname(self, node: Optional[cst.CSTNode]) -> Optional[str]:
@@ -228,24 +249,39 @@ class FileModel:
     # -- containment ---------------------------------------------------------
     def calls_in_scope(self, scope: Scope) -> list[Call]:
         """Calls whose own scope is ``scope`` (nested defs excluded)."""
-        return [c for c in self.calls if c.scope is scope]
+        if self._call_orders is None:
+            self._index()
+        return list(self._by_scope.get(id(scope), ([], []))[0])
 
     def calls_within(self, order: int, end: int) -> list[Call]:
         """Calls lexically inside the node span ``[order, end]``, nested defs
         and lambdas included."""
-        return [c for c in self.calls if order <= c.order <= end]
+        if self._call_orders is None:
+            self._index()
+        lo = bisect.bisect_left(self._call_orders, order)
+        hi = bisect.bisect_right(self._call_orders, end)
+        return self.calls[lo:hi]
 
     def assigns_in_scope(self, scope: Scope) -> list[Assign]:
         """Bindings whose own scope is ``scope``."""
-        return [a for a in self.assigns if a.scope is scope]
+        if self._call_orders is None:
+            self._index()
+        return list(self._by_scope.get(id(scope), ([], []))[1])
 
     def assigns_within(self, order: int, end: int) -> list[Assign]:
         """Bindings lexically inside ``[order, end]``."""
-        return [a for a in self.assigns if order <= a.order <= end]
+        if self._assign_orders is None:
+            self._index()
+        lo = bisect.bisect_left(self._assign_orders, order)
+        hi = bisect.bisect_right(self._assign_orders, end)
+        return self.assigns[lo:hi]
 
     def bindings_of(self, text: str, scope: Scope) -> list[Assign]:
-        """Every binding of ``text`` (a name or dotted attribute) in ``scope``."""
-        return [a for a in self.assigns if a.scope is scope and a.binds(text)]
+        """Every binding of ``text`` (a name or dotted attribute) in ``scope``,
+        in source order."""
+        if self._bindings is None:
+            self._index()
+        return list(self._bindings.get((text, id(scope)), ()))
 
     def reaching_binding(self, text: str, at: _Located) -> Optional[Assign]:
         """The binding of ``text`` that certainly reaches ``at``, or ``None``.
@@ -316,9 +352,15 @@ class FileModel:
         """Same-file call sites that resolve to the function ``scope``."""
         key = id(scope)
         if key not in self._callers_cache:
+            by_name = self.memo.get("calls_by_name")
+            if by_name is None:
+                by_name = {}
+                for c in self.calls:
+                    if c.func_text:
+                        by_name.setdefault(c.func_text.rsplit(".", 1)[-1], []).append(c)
+                self.memo["calls_by_name"] = by_name
             self._callers_cache[key] = [
-                c for c in self.calls if c.func_text and c.func_text.rsplit(".", 1)[-1] == scope.name
-                and scope in self.resolve_callee(c)
+                c for c in by_name.get(scope.name, ()) if scope in self.resolve_callee(c)
             ]
         return self._callers_cache[key]
 
@@ -363,15 +405,6 @@ def first(items: Iterable, default=None):
     for item in items:
         return item
     return default
-
-
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Pre-order walk of an expression subtree (small subtrees only)."""
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def names_in(node: Optional[cst.CSTNode]) -> set[str]:

@@ -1,0 +1,72 @@
+"""A fast read-only walk over LibCST trees.
+
+``libcst.CSTNode.visit`` rebuilds every node it passes (whitespace included)
+even for read-only visitors, and ``CSTNode.children`` does the same; on real
+files that made the analysis traversal cost about 1.8x the parse itself.
+This walk reads the dataclass fields directly, skips whitespace and token
+fields (they hold no calls, bindings or scopes), and yields children in
+source order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import libcst as cst
+
+_SKIP = frozenset({
+    "leading_lines", "lines_after_decorators", "lpar", "rpar", "comma", "semicolon", "equal", "dot",
+    "colon", "lbracket", "rbracket", "lbrace", "rbrace", "operator", "asynchronous", "header", "footer",
+    "indent", "newline", "trailing_whitespace", "empty_lines", "posonly_ind", "attr", "keyword", "star",
+    "default_indent", "default_newline", "encoding", "has_trailing_newline", "whitespace",
+})
+
+# Fields whose dataclass order differs from source order.
+_SOURCE_ORDER: dict[type, tuple[str, ...]] = {
+    cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.Parameters: ("posonly_params", "params", "star_arg", "kwonly_params", "star_kwarg"),
+}
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def child_fields(tp: type) -> tuple[str, ...]:
+    """Names of the fields of node type ``tp`` that may hold child nodes, in
+    source order."""
+    fields = _FIELDS.get(tp)
+    if fields is None:
+        if tp in _SOURCE_ORDER:
+            fields = _SOURCE_ORDER[tp]
+        else:
+            fields = tuple(
+                f.name for f in dataclasses.fields(tp)
+                if f.name not in _SKIP and not f.name.startswith("whitespace")
+            )
+        _FIELDS[tp] = fields
+    return fields
+
+
+def iter_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The child nodes of ``node`` that can hold code, in source order."""
+    for name in child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Pre-order walk of ``node``'s subtree (``node`` first)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        children = list(iter_children(n))
+        children.reverse()
+        stack.extend(children)
