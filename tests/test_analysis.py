@@ -1,0 +1,201 @@
+"""The analysis layer: names, grad-mode regions, scopes, bindings, callees."""
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from torchgradlint.analysis import GradMode, build_model
+from torchgradlint.analysis.names import ImportTable, dotted_name
+from torchgradlint.analysis.tree import walk
+
+
+def model_of(src):
+    src = textwrap.dedent(src)
+    return build_model(cst.parse_module(src), src, "x.py")
+
+
+def call(model, text, nth=0):
+    return [c for c in model.calls if c.func_text == text][nth]
+
+
+@pytest.mark.parametrize("imports, expr, expected", [
+    ("import torch as T", "T.no_grad", "torch.no_grad"),
+    ("from torch import no_grad", "no_grad", "torch.no_grad"),
+    ("from torch.autograd import grad", "grad", "torch.autograd.grad"),
+    ("import torch.nn.functional as F", "F.cross_entropy", "torch.nn.functional.cross_entropy"),
+    ("from torch.nn import functional as F", "F.mse_loss", "torch.nn.functional.mse_loss"),
+    ("from torch import autograd", "autograd.no_grad", "torch.no_grad"),
+    ("import torch", "torch.autograd.grad_mode.no_grad", "torch.no_grad"),
+    ("import numpy as np", "np.sum", "numpy.sum"),
+    ("", "torch.no_grad", "torch.no_grad"),
+])
+def test_import_aliases(imports, expr, expected):
+    table = ImportTable()
+    for stmt in cst.parse_module(imports).body:
+        table.add(stmt.body[0])
+    assert table.qualify(expr) == expected
+
+
+def test_relative_and_star_imports_bind_nothing():
+    table = ImportTable()
+    table.add(cst.parse_statement("from .utils import no_grad").body[0])
+    table.add(cst.parse_statement("from torch import *").body[0])
+    assert table.qualify("no_grad") == "no_grad"
+
+
+def test_dotted_name():
+    assert dotted_name(cst.parse_expression("a.b.c")) == "a.b.c"
+    assert dotted_name(cst.parse_expression("a().b")) is None
+
+
+def test_with_regions_nesting_and_aliases():
+    m = model_of("""
+        import torch as T
+        from torch import no_grad
+        y0 = f(0)
+        with no_grad():
+            y1 = f(1)
+            with T.enable_grad():
+                y2 = f(2)
+            with T.set_grad_enabled(flag):
+                y3 = f(3)
+        with T.inference_mode():
+            y4 = f(4)
+        with T.inference_mode(False):
+            y5 = f(5)
+    """)
+    modes = [m.grad_mode(call(m, "f", i)) for i in range(6)]
+    assert modes == [GradMode.ENABLED, GradMode.DISABLED, GradMode.ENABLED, GradMode.UNKNOWN,
+                     GradMode.DISABLED, GradMode.ENABLED]
+
+
+def test_decorators_and_nested_defs_do_not_inherit():
+    m = model_of("""
+        import torch
+        @torch.no_grad()
+        def a():
+            f(1)
+            def inner():
+                f(2)
+            g = lambda: f(3)
+        @torch.inference_mode
+        def b():
+            f(4)
+        with torch.no_grad():
+            def c():
+                f(5)
+    """)
+    assert m.grad_mode(call(m, "f", 0)) is GradMode.DISABLED
+    assert m.grad_mode(call(m, "f", 1)) is GradMode.UNKNOWN  # never called in the file
+    assert m.grad_mode(call(m, "f", 2)) is GradMode.UNKNOWN
+    assert m.grad_mode(call(m, "f", 3)) is GradMode.DISABLED
+    assert m.grad_mode(call(m, "f", 4)) is GradMode.UNKNOWN
+
+
+def test_statement_set_grad_enabled_switches_the_rest_of_the_block():
+    m = model_of("""
+        import torch
+        def run():
+            f(0)
+            torch.set_grad_enabled(False)
+            f(1)
+            if x:
+                f(2)
+        run()
+        f(3)
+    """)
+    assert [m.grad_mode(call(m, "f", i)) for i in range(4)] == [
+        GradMode.ENABLED, GradMode.DISABLED, GradMode.DISABLED, GradMode.ENABLED]
+
+
+def test_function_mode_follows_agreeing_callers():
+    m = model_of("""
+        import torch
+        def evaluate():
+            f(0)
+        def mixed():
+            f(1)
+        with torch.no_grad():
+            evaluate()
+            mixed()
+        mixed()
+    """)
+    assert m.grad_mode(call(m, "f", 0)) is GradMode.DISABLED  # every caller is under no_grad
+    assert m.grad_mode(call(m, "f", 1)) is GradMode.UNKNOWN  # callers disagree
+
+
+def test_loops_scopes_and_orders():
+    m = model_of("""
+        for a in xs:
+            while b:
+                f(0)
+            f(1)
+        f(2)
+        class Net:
+            def forward(self):
+                f(3)
+    """)
+    outer, inner = m.loops
+    assert inner.parent is outer
+    assert [len(call(m, "f", i).loops) for i in range(4)] == [2, 1, 0, 0]
+    assert call(m, "f", 3).scope.qualname == "Net.forward"
+    orders = [c.order for c in m.calls]
+    assert orders == sorted(orders)
+    assert all(outer.contains(call(m, "f", i).order) for i in (0, 1))
+    assert not outer.contains(call(m, "f", 2).order)
+
+
+def test_reaching_binding_requires_dominance():
+    m = model_of("""
+        loss = a()
+        if c:
+            loss = b()
+        loss.backward()
+        out = d()
+        out.backward()
+    """)
+    assert m.reaching_binding("loss", call(m, "loss.backward")) is None  # ambiguous
+    binding = m.reaching_binding("out", call(m, "out.backward"))
+    assert binding is not None and isinstance(binding.value, cst.Call)
+
+
+def test_targets_unpacking_subscript_and_augassign():
+    m = model_of("""
+        out, (h, c) = rnn(x)
+        d[k] = v
+        total += loss
+        self.best: float = 0.0
+    """)
+    a0, a1, a2, a3 = m.assigns
+    assert [t.text for t in a0.targets] == ["out", "h", "c"] and a0.unpacked
+    assert a1.targets[0].kind == "subscript" and a1.targets[0].container == "d"
+    assert a2.kind == "augassign" and a2.op == "+="
+    assert a3.kind == "annassign" and a3.targets[0].text == "self.best"
+
+
+def test_resolve_callee_functions_methods_and_inheritance():
+    m = model_of("""
+        def helper(): pass
+        class Base:
+            def reset(self): pass
+        class Trainer(Base):
+            def step(self):
+                self.reset()
+                helper()
+                Base.reset(self)
+                obj.reset()
+    """)
+    names = lambda c: [s.qualname for s in m.resolve_callee(c)]
+    assert names(call(m, "self.reset")) == ["Base.reset"]
+    assert names(call(m, "helper")) == ["helper"]
+    assert names(call(m, "Base.reset")) == ["Base.reset"]
+    assert names(call(m, "obj.reset")) == []
+    assert [c.func_text for c in m.callers_of(m.classes["Base"].methods["reset"])] == ["self.reset", "Base.reset"]
+
+
+def test_walk_is_in_source_order_and_skips_whitespace():
+    module = cst.parse_module("@dec(1)\ndef f(a=g(2)):\n    return h(3 if t(4) else 5)\n")
+    calls = [n.func.value for n in walk(module) if isinstance(n, cst.Call)]
+    assert calls == ["dec", "g", "h", "t"]
+    assert not any(isinstance(n, (cst.SimpleWhitespace, cst.Newline, cst.EmptyLine)) for n in walk(module))
