@@ -1,22 +1,30 @@
 """Command line: ``torchgradlint check | rule | harness``.
 
-Exit status of ``check``: 0 no findings, 1 findings, 2 usage or internal error.
+Exit status of ``check``: 0 no findings, 1 findings, 2 usage, config or
+internal error, or a missing path (the other paths are still linted).
+
+Settings come from the nearest ``pyproject.toml`` with a
+``[tool.torchgradlint]`` table (see :mod:`torchgradlint.config`); the
+command line's ``--select``/``--extend-select``/``--ignore`` apply on top.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from . import __version__
+from .config import ConfigError, RuleLayer, Settings
 from .diagnostics import PARSE_ERROR_CODE
 from .engine import lint_bytes
 from .files import discover
-from .output import FORMATS, RenderContext
+from .notebook import is_notebook, lint_notebook_bytes
+from .output import FORMATS, NEEDS_SOURCES, RenderContext
 from .registry import SelectionError, all_rules, get_rule, select_rules
-from .runner import RunResult, default_jobs, lint_paths
+from .runner import RunResult, default_jobs, lint_paths, order_key
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -39,9 +47,13 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-format", choices=sorted(FORMATS), default="concise")
     p.add_argument("--statistics", action="store_true", help="print counts per rule instead of findings")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
-    p.add_argument("--stdin-filename", metavar="PATH", help="the name to report for '-' (standard input)")
+    p.add_argument("--stdin-filename", metavar="PATH",
+                   help="the name to report for '-' (standard input); its config and per-file-ignores apply")
     p.add_argument("--exclude", type=_csv, action="append", default=[], metavar="PATTERNS",
-                   help="gitignore-style patterns of paths to skip")
+                   help="gitignore-style patterns of paths to skip, on top of the config's excludes")
+    p.add_argument("--force-exclude", action="store_true",
+                   help="apply excludes to files named explicitly too (for pre-commit)")
+    p.add_argument("--isolated", action="store_true", help="ignore every pyproject.toml [tool.torchgradlint]")
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                    help=f"worker processes (default: usable cores, here {default_jobs()})")
     p.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
@@ -71,48 +83,126 @@ def _flatten(groups: Optional[list[list[str]]]) -> Optional[list[str]]:
     return [x for g in groups for x in g]
 
 
-def _print_statistics(run: RunResult) -> None:
+PROGRESS_MIN_FILES = 20
+"""A run over at least this many files shows a progress bar on a terminal."""
+
+
+def _stats_rows(run: RunResult) -> list[tuple[str, str, int]]:
     counts = Counter(d.code for d in run.diagnostics)
     names = {r.code: r.name for r in all_rules()}
     names[PARSE_ERROR_CODE] = "parse-error"
-    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"{n:>6}\t{code}\t{names.get(code, '')}")
+    return [(code, names.get(code, ""), n) for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _print_statistics(run: RunResult) -> None:
+    """Counts per rule: a rich table on a terminal, else plain ``count<TAB>code<TAB>name`` lines."""
+    rows = _stats_rows(run)
+    if sys.stdout.isatty() and rows:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="torchgradlint statistics")
+        table.add_column("Code")
+        table.add_column("Name")
+        table.add_column("Count", justify="right")
+        for code, name, n in rows:
+            table.add_row(code, name, str(n))
+        Console().print(table)
+        return
+    for code, name, n in rows:
+        print(f"{n:>6}\t{code}\t{name}")
+
+
+class _Progress:
+    """A rich progress bar on standard error, or nothing (rich is imported
+    only when the bar is shown)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> "Optional[Callable[[], None]]":
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("Linting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=True)
+        self._bar.__enter__()
+        self._task = self._bar.add_task("lint", total=self.total)
+        return self._advance
+
+    def _advance(self) -> None:
+        self._bar.advance(self._task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+def show_progress(n_files: int, quiet: bool) -> bool:
+    """Whether a run over ``n_files`` files shows a progress bar: only on a
+    terminal (standard error is a TTY), not with ``--quiet``, many files."""
+    return not quiet and n_files >= PROGRESS_MIN_FILES and sys.stderr.isatty()
+
+
+def _read_sources(ctx: RenderContext, paths: "set[str]") -> None:
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                ctx.sources[path] = fh.read()
+        except OSError:
+            pass
 
 
 def _check(args: argparse.Namespace) -> int:
+    select = _flatten(args.select)
+    ignore = _flatten(args.ignore) or []
+    extend = _flatten(args.extend_select) or []
     try:
-        rules = select_rules(_flatten(args.select), _flatten(args.ignore) or (),
-                             _flatten(args.extend_select) or ())
+        select_rules(select, ignore, extend)  # validates the command line's selectors
     except SelectionError as exc:
         print(f"torchgradlint: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.jobs is not None and args.jobs < 1:
         print("torchgradlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
+    settings = Settings(RuleLayer(tuple(select) if select is not None else None, tuple(extend), tuple(ignore)),
+                        isolated=args.isolated)
     ctx = RenderContext()
-    if args.paths == ["-"]:
-        data = sys.stdin.buffer.read()
-        name = args.stdin_filename or "-"
-        result = lint_bytes(data, name, rules)
-        run = RunResult(diagnostics=result.diagnostics, files=1, parsed=int(result.parsed))
-        ctx.sources[name] = data.decode("utf-8", errors="replace")
-    else:
-        if "-" in args.paths:
-            print("torchgradlint: error: '-' (standard input) cannot be mixed with paths", file=sys.stderr)
-            return EXIT_ERROR
-        found = discover(args.paths, exclude=_flatten(args.exclude) or ())
-        for err in found.errors:
-            print(f"torchgradlint: error: {err}", file=sys.stderr)
-        if found.errors and not found.files:
-            return EXIT_ERROR
-        run = lint_paths(found.files, rules, jobs=args.jobs)
-        if args.output_format == "full":
-            for path in {d.path for d in run.diagnostics}:
-                try:
-                    with open(path, encoding="utf-8", errors="replace") as fh:
-                        ctx.sources[path] = fh.read()
-                except OSError:
-                    pass
+    path_errors = False
+    try:
+        if args.paths == ["-"]:
+            data = sys.stdin.buffer.read()
+            name = args.stdin_filename or "-"
+            rules = [get_rule(c) for c in settings.codes_for(args.stdin_filename or os.path.join(os.getcwd(), "-"))]
+            result = (lint_notebook_bytes if is_notebook(name) else lint_bytes)(data, name, rules)
+            run = RunResult(diagnostics=sorted(result.diagnostics, key=order_key), files=1,
+                            parsed=int(result.parsed))
+            ctx.sources[name] = data.decode("utf-8", errors="replace")
+            ctx.paths = [name]
+        else:
+            if "-" in args.paths:
+                print("torchgradlint: error: '-' (standard input) cannot be mixed with paths", file=sys.stderr)
+                return EXIT_ERROR
+            found = discover(args.paths, exclude=_flatten(args.exclude) or (), settings=settings,
+                             force_exclude=args.force_exclude)
+            for err in found.errors:
+                print(f"torchgradlint: error: {err}", file=sys.stderr)
+            for warning in found.warnings:
+                print(f"torchgradlint: warning: {warning}", file=sys.stderr)
+            path_errors = bool(found.errors)
+            with _Progress(len(found.files), show_progress(len(found.files), args.quiet)) as advance:
+                run = lint_paths(found.files, [], jobs=args.jobs, codes_for=settings.codes_for, progress=advance)
+            ctx.paths = list(found.files)
+            if args.output_format in NEEDS_SOURCES:
+                _read_sources(ctx, {d.path for d in run.diagnostics})
+    except ConfigError as exc:
+        print(f"torchgradlint: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     ctx.files_checked = run.files
     for err in run.internal_errors:
         print(f"torchgradlint: {err}", file=sys.stderr)
@@ -125,7 +215,7 @@ def _check(args: argparse.Namespace) -> int:
         summary = f"Found {n} finding{'s' if n != 1 else ''} in {run.files} file{'s' if run.files != 1 else ''}."
         print(summary if n else f"All checks passed ({run.files} file{'s' if run.files != 1 else ''}).",
               file=sys.stderr)
-    if run.internal_errors:
+    if run.internal_errors or path_errors:
         return EXIT_ERROR
     if run.diagnostics and not args.exit_zero:
         return EXIT_FINDINGS

@@ -41,6 +41,9 @@ class Diagnostic:
         end_line: 1-based line of the reported node's end.
         end_col: 1-based column just past the node's end.
         fix: optional autofix.
+        cell: for a Jupyter notebook, the 1-based index of the code cell
+            (among the notebook's code cells); ``line``/``end_line`` are then
+            1-based lines within that cell. ``None`` for ordinary files.
     """
 
     code: str
@@ -51,6 +54,7 @@ class Diagnostic:
     end_line: int
     end_col: int
     fix: Optional[Fix] = field(default=None, compare=False)
+    cell: Optional[int] = None
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:

@@ -1,6 +1,9 @@
 """Which files to lint: explicit files as given, directories walked
-recursively, skipping hidden folders, virtual environments, caches and
+recursively, skipping hidden entries, virtual environments, the excluded names
+of the applicable ``[tool.torchgradlint]`` config (``exclude`` /
+``extend-exclude``, default :data:`~torchgradlint.config.DEFAULT_EXCLUDE`) and
 whatever ``.gitignore`` files (read with pathspec's git semantics) ignore.
+Walked directories yield Python files and Jupyter notebooks (``.ipynb``).
 """
 
 from __future__ import annotations
@@ -12,17 +15,22 @@ from typing import Iterator, Optional, Sequence
 
 import pathspec
 
-PYTHON_SUFFIXES = (".py", ".pyi")
+from .config import DEFAULT_EXCLUDE, Settings
+
+PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "env", "virtualenv",
                        "__pypackages__", "build", "dist", "_build", "buck-out"})
+_DEFAULT_SPEC = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDE)
 
 
 @dataclass
 class Discovery:
-    """Files to lint (in walk order) and user errors about the given paths."""
+    """Files to lint (in walk order), user errors about the given paths
+    (a missing path) and warnings (a directory without Python files)."""
 
     files: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _is_venv(path: Path) -> bool:
@@ -71,8 +79,17 @@ def _ignored(path: Path, is_dir: bool, specs: Sequence[tuple[Path, pathspec.Path
     return False
 
 
+def _config_excludes(settings: Optional[Settings], path: Path, is_dir: bool) -> bool:
+    """Whether the config that applies to ``path`` (or the default excludes) skips it."""
+    cfg = settings.config_for(path.parent, is_dir=True) if settings is not None else None
+    if cfg is not None:
+        return cfg.excludes(path, is_dir)
+    return _DEFAULT_SPEC.match_file(path.name + ("/" if is_dir else ""))
+
+
 def _walk(root: Path, specs: list[tuple[Path, pathspec.PathSpec]],
-          excluded: Optional[pathspec.PathSpec], suffixes: tuple[str, ...]) -> Iterator[str]:
+          excluded: Optional[pathspec.PathSpec], suffixes: tuple[str, ...],
+          settings: Optional[Settings] = None) -> Iterator[str]:
     own = _load_spec(root)
     here = specs + ([(root, own)] if own is not None else [])
     try:
@@ -84,25 +101,33 @@ def _walk(root: Path, specs: list[tuple[Path, pathspec.PathSpec]],
         if entry.name.startswith("."):
             continue
         if entry.is_dir(follow_symlinks=False):
-            if entry.name in SKIP_DIRS or entry.name.endswith(".egg-info") or _is_venv(p):
+            if _is_venv(p) or _config_excludes(settings, p, True):
                 continue
             if _ignored(p, True, here) or (excluded is not None and excluded.match_file(p.as_posix() + "/")):
                 continue
-            yield from _walk(p, here, excluded, suffixes)
+            yield from _walk(p, here, excluded, suffixes, settings)
         elif entry.is_file() and entry.name.endswith(suffixes):
+            if _config_excludes(settings, p, False):
+                continue
             if _ignored(p, False, here) or (excluded is not None and excluded.match_file(p.as_posix())):
                 continue
             yield entry.path
 
 
 def discover(paths: Sequence[str], exclude: Sequence[str] = (),
-             suffixes: tuple[str, ...] = PYTHON_SUFFIXES) -> Discovery:
+             suffixes: tuple[str, ...] = PYTHON_SUFFIXES, *,
+             settings: Optional[Settings] = None, force_exclude: bool = False) -> Discovery:
     """Expand ``paths`` into files to lint.
 
-    Explicitly named files are always linted, whatever their suffix.
+    Explicitly named files are always linted, whatever their suffix, unless
+    ``force_exclude`` applies the excludes to them too (for pre-commit).
     ``exclude`` holds gitignore-style patterns matched against the walked
-    paths. A missing path is a user error; so is a directory that holds no
-    Python file.
+    paths; ``settings`` supplies each folder's config excludes (default
+    excludes without it). A missing path is a user error; a directory that
+    holds no Python file is a warning.
+
+    Raises:
+        ConfigError: a ``pyproject.toml`` on the way is malformed.
     """
     out = Discovery()
     excluded = pathspec.GitIgnoreSpec.from_lines(exclude) if exclude else None
@@ -111,11 +136,17 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (),
         if not p.exists():
             out.errors.append(f"{raw}: no such file or directory")
         elif p.is_dir():
-            found = list(_walk(p, _ancestor_specs(p), excluded, suffixes))
+            found = [os.path.normpath(f) for f in _walk(p, _ancestor_specs(p), excluded, suffixes, settings)]
             if not found:
-                out.errors.append(f"{raw}: no Python files found in this directory")
+                out.warnings.append(f"{raw}: no Python files found in this directory")
             out.files.extend(found)
         else:
+            if force_exclude and (
+                (excluded is not None and excluded.match_file(p.as_posix()))
+                or (settings is not None and (cfg := settings.config_for(p)) is not None
+                    and cfg.excludes(p, False))
+            ):
+                continue
             out.files.append(raw)
     seen: set[str] = set()
     out.files = [f for f in out.files if not (f in seen or seen.add(f))]

@@ -4,6 +4,12 @@ A thin adapter: source lines → the engine → ``(line, 0-based col, "TGL001
 message", type)``. flake8 applies ``# noqa`` itself in this mode. When
 flake8's own select/ignore decision excludes every TGL rule, the plugin
 returns at once without parsing.
+
+flake8's own config decides which TGL rules run (select, ignore,
+per-file-ignores, exclude). The nearest ``[tool.torchgradlint]`` table in
+``pyproject.toml`` (cached per folder) can only narrow that: its ``ignore``,
+``per-file-ignores`` and ``exclude``/``extend-exclude`` apply too. A malformed
+table gives one ``TGL000`` result on line 1 instead of crashing flake8.
 """
 
 from __future__ import annotations
@@ -11,7 +17,11 @@ from __future__ import annotations
 import argparse
 from typing import Any, Iterator
 
+from pathlib import Path
+
 from . import __version__
+from .config import ConfigError, find_config, resolve_rules, RuleLayer
+from .diagnostics import PARSE_ERROR_CODE
 from .engine import lint_source
 from .registry import Rule, all_rules
 
@@ -44,7 +54,31 @@ class Plugin:
         rules = self._rules if self._rules is not None else [r for r in all_rules() if r.default_enabled]
         if not rules:
             return
+        try:
+            rules = self._narrow_by_config(rules)
+        except ConfigError as exc:
+            yield 1, 0, f"{PARSE_ERROR_CODE} {exc}", type(self)
+            return
+        if not rules:
+            return
         source = "".join(self.lines)
         result = lint_source(source, self.filename, rules, apply_noqa=False)
         for d in result.diagnostics:
             yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
+
+    def _narrow_by_config(self, rules: list[type[Rule]]) -> list[type[Rule]]:
+        """Drop rules that the ``[tool.torchgradlint]`` table switches off for this file."""
+        if self.filename in ("-", "stdin", ""):
+            return rules
+        path = Path(self.filename)
+        cfg = find_config(path)
+        if cfg is None:
+            return rules
+        if cfg.exclude is not None or cfg.extend_exclude:
+            if cfg.excludes(path, False):  # gitignore semantics: "dir/" covers files below it
+                return []
+        off = set(cfg.rules.ignore) | set(cfg.ignored_selectors(path))
+        if not off:
+            return rules
+        allowed = {r.code for r in resolve_rules([RuleLayer(select=("ALL",), ignore=tuple(sorted(off)))])}
+        return [r for r in rules if r.code in allowed]

@@ -1,12 +1,15 @@
 """Output formats. Each module renders a sorted list of diagnostics to text.
 
-``FORMATS`` maps a ``--output-format`` name to ``render(diagnostics, ctx)``.
+``FORMATS`` maps a ``--output-format`` name to ``render(diagnostics, ctx)``:
+``concise`` (default), ``full`` (source excerpt and caret), ``json``,
+``json-lines``, ``github`` (workflow-command annotations), ``sarif`` (SARIF
+2.1.0 for code scanning) and ``junit`` (JUnit XML).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..diagnostics import Diagnostic
 
@@ -15,24 +18,37 @@ from ..diagnostics import Diagnostic
 class RenderContext:
     """What renderers may need beyond the diagnostics.
 
-    ``sources`` maps a diagnostic's path to its text (for excerpts), when read.
+    ``sources`` maps a diagnostic's path to its text (for excerpts; for a
+    notebook, its JSON text), when read. ``paths`` lists every file checked
+    (junit reports clean files as passing tests). ``root`` is the folder that
+    SARIF URIs are relative to (default: the git work tree holding the
+    current folder, else the current folder).
     """
 
     sources: dict[str, str] = field(default_factory=dict)
     files_checked: int = 0
+    paths: list[str] = field(default_factory=list)
+    root: Optional[str] = None
 
 
 Renderer = Callable[[Sequence[Diagnostic], RenderContext], str]
 
 
 def _registry() -> dict[str, Renderer]:
-    from . import concise, full, json_format
+    from . import concise, full, github, json_format, json_lines, junit, sarif
 
     return {
         "concise": concise.render,
         "full": full.render,
         "json": json_format.render,
+        "json-lines": json_lines.render,
+        "github": github.render,
+        "sarif": sarif.render,
+        "junit": junit.render,
     }
 
 
 FORMATS = _registry()
+
+# Formats that need the text of files with findings in RenderContext.sources.
+NEEDS_SOURCES = frozenset({"full", "sarif", "github"})

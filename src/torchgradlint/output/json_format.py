@@ -1,5 +1,6 @@
 """A JSON array in ruff's shape: code, message, filename, location{row,column},
-end_location, url, fix, noqa_row."""
+end_location, url, fix, noqa_row, cell (the 1-based code cell of a notebook
+diagnostic, whose rows are then lines within that cell; ``null`` otherwise)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def to_dict(d: Diagnostic) -> dict:
         "url": DOCS_URL.format(code=d.code) if d.code != "TGL000" else None,
         "fix": fix,
         "noqa_row": d.line,
+        "cell": d.cell,
     }
 
 

@@ -1,0 +1,316 @@
+"""``[tool.torchgradlint]`` in ``pyproject.toml``: loading, validation, lookup.
+
+Keys (all optional, ruff's names and meanings)::
+
+    [tool.torchgradlint]
+    select = ["TGL0"]              # replaces the default rule set
+    extend-select = ["TGL901"]     # adds to it
+    ignore = ["TGL101"]            # removes (wins over select/extend-select)
+    exclude = ["legacy/"]          # replaces the default excluded names
+    extend-exclude = ["gen/*.py"]  # adds to the excluded paths
+    [tool.torchgradlint.per-file-ignores]
+    "tests/**" = ["TGL1"]          # glob (relative to the pyproject.toml's folder) -> selectors
+
+Each linted file gets the settings of the nearest ``pyproject.toml`` that holds
+a ``[tool.torchgradlint]`` table, found by walking up from the file's folder;
+files under different projects can get different settings. Lookups are cached
+per folder, so a run reads each ``pyproject.toml`` once.
+
+Selectors are codes (``TGL001``), code prefixes (``TGL0``), rule names
+(``missing-zero-grad``) or ``ALL``. Glob patterns use gitignore syntax
+(pathspec): a pattern without ``/`` matches a name at any depth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import pathspec
+
+from .registry import Rule, SelectionError, all_rules, select_rules
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
+
+TABLE = "tool.torchgradlint"
+
+# Folder and file names skipped while walking directories unless the config's
+# ``exclude`` replaces this list. Hidden entries (".*") are always skipped.
+DEFAULT_EXCLUDE = (
+    "__pycache__/", "node_modules/", "site-packages/", "venv/", "env/", "virtualenv/",
+    "__pypackages__/", "build/", "dist/", "_build/", "buck-out/", "*.egg-info/",
+)
+
+_SELECTORS = {"type": "array", "items": {"type": "string"}}
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "select": _SELECTORS,
+        "extend-select": _SELECTORS,
+        "ignore": _SELECTORS,
+        "exclude": _SELECTORS,
+        "extend-exclude": _SELECTORS,
+        "per-file-ignores": {"type": "object", "additionalProperties": _SELECTORS},
+    },
+}
+"""JSON schema of the ``[tool.torchgradlint]`` table."""
+
+
+class ConfigError(Exception):
+    """A ``pyproject.toml`` that cannot be used: bad TOML, an unknown key, a
+    value of the wrong type or an unknown rule selector. The message names the
+    file and the key."""
+
+
+@dataclass(frozen=True)
+class RuleLayer:
+    """One layer of rule selection (the config file, then the command line).
+
+    ``select`` ``None`` keeps the selection of the layer below.
+    """
+
+    select: Optional[tuple[str, ...]] = None
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+
+@dataclass
+class Config:
+    """The settings of one ``[tool.torchgradlint]`` table.
+
+    Attributes:
+        path: the ``pyproject.toml`` it came from.
+        root: that file's folder; relative globs are matched from here.
+        rules: its select / extend-select / ignore.
+        per_file_ignores: ``(glob, selectors)`` pairs.
+        exclude: replaces :data:`DEFAULT_EXCLUDE` when given.
+        extend_exclude: added to the excluded patterns.
+    """
+
+    path: Path
+    root: Path
+    rules: RuleLayer = field(default_factory=RuleLayer)
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    exclude: Optional[tuple[str, ...]] = None
+    extend_exclude: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self._pfi = [(pathspec.GitIgnoreSpec.from_lines([g]), codes) for g, codes in self.per_file_ignores]
+        pats = list(DEFAULT_EXCLUDE if self.exclude is None else self.exclude) + list(self.extend_exclude)
+        self._excluded = pathspec.GitIgnoreSpec.from_lines(pats)
+
+    def _relative(self, path: Path) -> Optional[str]:
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+
+    def ignored_selectors(self, path: Path) -> list[str]:
+        """Selectors that ``per-file-ignores`` switches off for ``path``."""
+        rel = self._relative(path)
+        if rel is None:
+            return []
+        return [c for spec, codes in self._pfi if spec.match_file(rel) for c in codes]
+
+    def excludes(self, path: Path, is_dir: bool = False) -> bool:
+        """Whether ``exclude``/``extend-exclude`` (or the default excludes) skip ``path``."""
+        rel = self._relative(path)
+        if rel is None or rel == ".":
+            return False
+        return self._excluded.match_file(rel + ("/" if is_dir else ""))
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _format_key(path: Iterable[Any]) -> str:
+    """``tool.torchgradlint.per-file-ignores."tests/*"[0]``: TOML dotted key, list index in brackets."""
+    key = TABLE
+    for part in path:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        else:
+            key += f".{part}" if _BARE_KEY.match(str(part)) else "." + json.dumps(str(part))
+    return key
+
+
+def _validate(table: Any, source: Path) -> None:
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - jsonschema is a dependency
+        jsonschema = None
+    if jsonschema is not None:
+        validator = jsonschema.Draft202012Validator(SCHEMA)
+        errors = sorted(validator.iter_errors(table), key=lambda e: list(e.absolute_path))
+        if errors:
+            err = errors[0]
+            where = list(err.absolute_path)
+            if err.validator == "additionalProperties" and not where:
+                extra = sorted(set(err.instance) - set(SCHEMA["properties"]))
+                raise ConfigError(f"{source}: unknown key {_format_key([extra[0]])!r}; known keys: "
+                                  + ", ".join(sorted(SCHEMA["properties"])))
+            expected = {"array": "a list of strings", "string": "a string", "object": "a table"}.get(
+                str(err.validator_value), str(err.validator_value))
+            if err.validator == "type":
+                raise ConfigError(f"{source}: {_format_key(where)} must be {expected}, "
+                                  f"not {type(err.instance).__name__} {err.instance!r}")
+            raise ConfigError(f"{source}: {_format_key(where)}: {err.message}")
+        return
+    if not isinstance(table, dict):  # pragma: no cover
+        raise ConfigError(f"{source}: {TABLE} must be a table")
+
+
+def _check_selectors(selectors: Sequence[str], source: Path, key: list[Any]) -> None:
+    for i, sel in enumerate(selectors):
+        try:
+            select_rules(select=[sel])
+        except SelectionError as exc:
+            raise ConfigError(f"{source}: {_format_key([*key, i])}: {exc}") from None
+
+
+def parse_config(data: dict[str, Any], source: Path) -> Config:
+    """Validate a ``[tool.torchgradlint]`` table and build its :class:`Config`.
+
+    Raises:
+        ConfigError: unknown key, wrong type, or unknown rule selector.
+    """
+    _validate(data, source)
+    for key in ("select", "extend-select", "ignore"):
+        _check_selectors(data.get(key, []), source, [key])
+    pfi = data.get("per-file-ignores", {})
+    for glob, codes in pfi.items():
+        _check_selectors(codes, source, ["per-file-ignores", glob])
+    return Config(
+        path=source,
+        root=source.parent.resolve(),
+        rules=RuleLayer(
+            select=tuple(data["select"]) if "select" in data else None,
+            extend_select=tuple(data.get("extend-select", ())),
+            ignore=tuple(data.get("ignore", ())),
+        ),
+        per_file_ignores=tuple((g, tuple(c)) for g, c in pfi.items()),
+        exclude=tuple(data["exclude"]) if "exclude" in data else None,
+        extend_exclude=tuple(data.get("extend-exclude", ())),
+    )
+
+
+@lru_cache(maxsize=None)
+def load_pyproject(path: str) -> Optional[Config]:
+    """The :class:`Config` of one ``pyproject.toml``, or ``None`` when it has
+    no ``[tool.torchgradlint]`` table. Cached per file.
+
+    Raises:
+        ConfigError: the file is not valid TOML or the table is malformed.
+    """
+    source = Path(path)
+    try:
+        with open(source, "rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
+    tool = doc.get("tool")
+    if not isinstance(tool, dict) or "torchgradlint" not in tool:
+        return None
+    if not isinstance(tool["torchgradlint"], dict):
+        raise ConfigError(f"{source}: {TABLE} must be a table")
+    return parse_config(tool["torchgradlint"], source)
+
+
+@lru_cache(maxsize=None)
+def _find_for_dir(directory: str) -> Optional[Config]:
+    d = Path(directory)
+    candidate = d / "pyproject.toml"
+    if candidate.is_file():
+        cfg = load_pyproject(str(candidate))
+        if cfg is not None:
+            return cfg
+    if d.parent == d:
+        return None
+    return _find_for_dir(str(d.parent))
+
+
+def find_config(path: "str | os.PathLike[str]", *, is_dir: bool = False) -> Optional[Config]:
+    """The config that applies to ``path``: the nearest ``pyproject.toml``
+    with a ``[tool.torchgradlint]`` table in its folder or above. Cached per folder.
+
+    Raises:
+        ConfigError: a ``pyproject.toml`` on the way up is malformed.
+    """
+    p = Path(os.path.abspath(path))
+    return _find_for_dir(str(p if is_dir else p.parent))
+
+
+def clear_cache() -> None:
+    """Forget every loaded config (for long-lived processes and tests)."""
+    load_pyproject.cache_clear()
+    _find_for_dir.cache_clear()
+
+
+def _matching(selectors: Sequence[str]) -> set[type[Rule]]:
+    return set(select_rules(select=list(selectors))) if selectors else set()
+
+
+def resolve_rules(layers: Sequence[RuleLayer], per_file_ignores: Sequence[str] = ()) -> list[type[Rule]]:
+    """Apply rule layers in order, ruff-style: a layer's ``select`` replaces
+    the selection so far, ``extend-select`` adds, ``ignore`` removes; then the
+    file's ``per-file-ignores`` remove. Starts from the default rules.
+
+    Raises:
+        SelectionError: a selector names no rule.
+    """
+    chosen = {r for r in all_rules() if r.default_enabled}
+    for layer in layers:
+        if layer.select is not None:
+            chosen = _matching(layer.select)
+        chosen |= _matching(layer.extend_select)
+        chosen -= _matching(layer.ignore)
+    chosen -= _matching(per_file_ignores)
+    return sorted(chosen, key=lambda r: r.code)
+
+
+class Settings:
+    """Per-file rule sets for one run: config files found per folder, then the
+    command line's layer on top. ``isolated`` ignores every config file."""
+
+    def __init__(self, cli: RuleLayer = RuleLayer(), *, isolated: bool = False) -> None:
+        self.cli = cli
+        self.isolated = isolated
+        self._cache: dict[tuple[Optional[str], tuple[str, ...]], tuple[str, ...]] = {}
+
+    def config_for(self, path: "str | os.PathLike[str]", *, is_dir: bool = False) -> Optional[Config]:
+        """The config of ``path`` (``None`` when isolated or none found).
+
+        Raises:
+            ConfigError: a malformed ``pyproject.toml``.
+        """
+        return None if self.isolated else find_config(path, is_dir=is_dir)
+
+    def codes_for(self, path: "str | os.PathLike[str]") -> tuple[str, ...]:
+        """Codes of the rules enabled for the file ``path``.
+
+        Raises:
+            ConfigError: a malformed ``pyproject.toml``.
+            SelectionError: a command-line selector names no rule.
+        """
+        cfg = self.config_for(path)
+        pfi = tuple(cfg.ignored_selectors(Path(path))) if cfg is not None else ()
+        key = (str(cfg.path) if cfg is not None else None, pfi)
+        codes = self._cache.get(key)
+        if codes is None:
+            layers = ([cfg.rules] if cfg is not None else []) + [self.cli]
+            codes = tuple(r.code for r in resolve_rules(layers, pfi))
+            self._cache[key] = codes
+        return codes

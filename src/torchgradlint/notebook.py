@@ -1,0 +1,257 @@
+"""Jupyter notebooks (``.ipynb``): lint the code cells as one program.
+
+The code cells are joined in order into one source text, one line per cell
+line, so the analysis sees names defined in earlier cells. IPython syntax that
+is not Python is replaced by lines that keep the line count: a cell magic cell
+(``%%time``, ``%%bash``) becomes blank lines, a line magic (``%matplotlib``),
+a shell escape (``!pip install``), an assignment from one (``x = !ls``) and a
+help line (``obj?``) become ``pass`` at the same indentation. ``# noqa``
+comments work inside cells as in files.
+
+Findings are mapped back to ``(cell, line in cell)``: ``Diagnostic.cell`` is
+the 1-based index of the code cell among the notebook's code cells (markdown
+and raw cells are not counted) and ``line`` is 1-based within that cell. A
+notebook that is not valid JSON, or not shaped like a notebook, gives one
+``TGL000`` diagnostic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic
+from .engine import LintResult, lint_source
+from .registry import Rule
+
+NOTEBOOK_SUFFIX = ".ipynb"
+
+_MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|[\w.]+\s*=\s*[%!])")
+_HELP_LINE = re.compile(r"^(\s*)\??[\w.]+\?{1,2}\s*$")
+
+
+class NotebookError(ValueError):
+    """The file is not a readable notebook (bad JSON or wrong shape)."""
+
+
+def is_notebook(path: str) -> bool:
+    """Whether ``path`` names a Jupyter notebook (by suffix)."""
+    return path.lower().endswith(NOTEBOOK_SUFFIX)
+
+
+def _cell_text(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    if isinstance(src, list):
+        if not all(isinstance(s, str) for s in src):
+            raise NotebookError("a cell's 'source' holds a non-string")
+        return "".join(src)
+    if not isinstance(src, str):
+        raise NotebookError("a cell's 'source' is neither a string nor a list of strings")
+    return src
+
+
+def load_notebook(text: str) -> dict[str, Any]:
+    """Parse notebook JSON and check its shape (a ``cells`` list of objects).
+
+    Raises:
+        NotebookError: invalid JSON or no ``cells`` list.
+    """
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NotebookError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise NotebookError("no 'cells' list at the top level")
+    if not all(isinstance(c, dict) for c in nb["cells"]):
+        raise NotebookError("a cell is not a JSON object")
+    return nb
+
+
+def code_cells(nb: dict[str, Any]) -> list[str]:
+    """The source text of each code cell, in order (code cell 1 is index 0).
+
+    Raises:
+        NotebookError: a cell's ``source`` is malformed.
+    """
+    return [_cell_text(c) for c in nb["cells"] if c.get("cell_type") == "code"]
+
+
+def _python_lines(cell: str) -> list[str]:
+    lines = cell.splitlines()
+    if lines and lines[0].lstrip().startswith("%%"):
+        return [""] * len(lines)
+    out = []
+    for line in lines:
+        m = _MAGIC_LINE.match(line) or _HELP_LINE.match(line)
+        out.append(f"{m.group(1)}pass" if m else line)
+    return out
+
+
+@dataclass
+class JoinedSource:
+    """The code cells joined into one program, and where each line came from.
+
+    ``origin[i]`` is ``(cell, line)`` (both 1-based) of joined line ``i + 1``.
+    """
+
+    source: str
+    origin: list[tuple[int, int]]
+
+    def locate(self, line: int) -> tuple[int, int]:
+        """``(cell, line in cell)`` of a 1-based joined line (clamped)."""
+        if not self.origin:
+            return 1, 1
+        return self.origin[max(0, min(line, len(self.origin)) - 1)]
+
+
+def join_cells(cells: Sequence[str]) -> JoinedSource:
+    """Join code cells into one program with magics neutralised."""
+    lines: list[str] = []
+    origin: list[tuple[int, int]] = []
+    for n, cell in enumerate(cells, start=1):
+        for i, line in enumerate(_python_lines(cell), start=1):
+            lines.append(line)
+            origin.append((n, i))
+    return JoinedSource("".join(line + "\n" for line in lines), origin)
+
+
+def _language_is_python(nb: dict[str, Any]) -> bool:
+    meta = nb.get("metadata")
+    if not isinstance(meta, dict):
+        return True
+    info = meta.get("language_info")
+    name = info.get("name") if isinstance(info, dict) else None
+    if name is None:
+        ks = meta.get("kernelspec")
+        name = ks.get("language") if isinstance(ks, dict) else None
+    return name is None or str(name).lower() in ("python", "python3", "ipython")
+
+
+def _error(path: str, reason: str) -> Diagnostic:
+    return Diagnostic(PARSE_ERROR_CODE, f"notebook could not be read, so it was not linted: {reason}",
+                      path, 1, 1, 1, 1)
+
+
+def lint_notebook_text(text: str, path: str, rules: Sequence[type[Rule]]) -> LintResult:
+    """Lint a notebook's JSON text; diagnostics carry ``cell`` and cell lines."""
+    try:
+        nb = load_notebook(text)
+        cells = code_cells(nb)
+    except NotebookError as exc:
+        return LintResult([_error(path, str(exc))], False)
+    if not _language_is_python(nb):
+        return LintResult([], False)
+    joined = join_cells(cells)
+    result = lint_source(joined.source, path, rules)
+    mapped = []
+    for d in result.diagnostics:
+        cell, line = joined.locate(d.line)
+        end_cell, end_line = joined.locate(d.end_line)
+        end_col = d.end_col
+        if end_cell != cell:  # a span cannot leave its cell: clamp to one character
+            end_line, end_col = line, d.col + 1
+        # Fixes hold joined-source positions: not applicable to the JSON file, so dropped.
+        mapped.append(dataclasses.replace(d, line=line, end_line=end_line, end_col=end_col, cell=cell, fix=None))
+    return LintResult(mapped, result.parsed)
+
+
+def lint_notebook_bytes(data: bytes, path: str, rules: Sequence[type[Rule]]) -> LintResult:
+    """:func:`lint_notebook_text` for raw bytes (notebooks are UTF-8 JSON)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return LintResult([_error(path, f"not UTF-8: {exc.reason}")], False)
+    return lint_notebook_text(text, path, rules)
+
+
+def lint_notebook(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
+    """Read and lint one notebook file. Unreadable files give one ``TGL000``."""
+    shown = display or path
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return LintResult([Diagnostic(PARSE_ERROR_CODE, f"file could not be read: {exc.strerror or exc}",
+                                      shown, 1, 1, 1, 1)], False)
+    return lint_notebook_bytes(data, shown, rules)
+
+
+def _string_tokens(raw: str, start: int) -> Optional[tuple[int, int]]:
+    """Span ``(begin, end)`` of the JSON string starting at ``raw[start] == '"'``."""
+    i = start + 1
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == '"':
+            return start, i + 1
+        i += 1
+    return None
+
+
+def json_positions(raw: str) -> dict[tuple[int, int], tuple[int, int, str]]:
+    """Where each code cell line sits in the notebook's JSON text.
+
+    Maps ``(cell, line in cell)`` (1-based, code cells counted as in
+    :class:`~torchgradlint.diagnostics.Diagnostic`) to ``(json line, offset of
+    the string's opening quote in that line, the string's JSON text)``. Lines
+    that cannot be found (a ``source`` given as one string) are left out.
+    Used to point SARIF and GitHub annotations at the real line of the file.
+    """
+    try:
+        nb = load_notebook(raw)
+    except NotebookError:
+        return {}
+    out: dict[tuple[int, int], tuple[int, int, str]] = {}
+    cursor = 0
+    code_index = 0
+    for cell in nb["cells"]:
+        is_code = cell.get("cell_type") == "code"
+        code_index += is_code
+        src = cell.get("source")
+        key = raw.find('"source"', cursor)
+        if key < 0:
+            break
+        cursor = key + len('"source"')
+        if not isinstance(src, list):
+            continue
+        line_no = 0
+        for piece in src:
+            if not isinstance(piece, str):
+                break
+            for candidate in (json.dumps(piece, ensure_ascii=False), json.dumps(piece)):
+                at = raw.find(candidate, cursor)
+                if at >= 0:
+                    break
+            else:
+                break
+            cursor = at + len(candidate)
+            line_no += 1
+            if is_code:
+                json_line = raw.count("\n", 0, at) + 1
+                out[(code_index, line_no)] = (json_line, at - (raw.rfind("\n", 0, at) + 1), candidate)
+    return out
+
+
+def json_region(positions: dict[tuple[int, int], tuple[int, int, str]],
+                d: Diagnostic) -> Optional[tuple[int, int, int, int]]:
+    """1-based ``(line, col, end_line, end_col)`` of a notebook diagnostic in
+    the JSON text, or ``None`` when the cell line was not located."""
+    if d.cell is None:
+        return None
+    start = positions.get((d.cell, d.line))
+    end = positions.get((d.cell, d.end_line))
+    if start is None or end is None:
+        return None
+
+    def col(pos: tuple[int, int, str], c: int) -> int:
+        json_line, offset, encoded = pos
+        text = json.loads(encoded)
+        prefix = json.dumps(text[: c - 1], ensure_ascii=encoded.isascii())
+        return offset + len(prefix) - 1 + 1  # after the quote, minus the prefix's closing quote; 1-based
+
+    return start[0], col(start, d.col), end[0], col(end, d.end_col)

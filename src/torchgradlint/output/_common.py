@@ -1,0 +1,47 @@
+"""Helpers shared by the CI formats (github, sarif, junit)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from ..diagnostics import PARSE_ERROR_CODE, Diagnostic
+
+
+def rule_name(code: str) -> str:
+    """The kebab name of a rule code (``parse-error`` for ``TGL000``)."""
+    if code == PARSE_ERROR_CODE:
+        return "parse-error"
+    from ..registry import get_rule
+
+    try:
+        return get_rule(code).name
+    except KeyError:
+        return ""
+
+
+def file_region(d: Diagnostic, ctx, cache: dict) -> Optional[tuple[int, int, int, int]]:
+    """1-based ``(line, col, end_line, end_col)`` of ``d`` in the file itself.
+
+    The diagnostic's own span for a Python file; for a notebook, the span of
+    the cell line inside the notebook's JSON text, or ``None`` when that line
+    cannot be located (then only the file is named).
+    """
+    if d.cell is None:
+        return d.line, d.col, d.end_line, d.end_col
+    from ..notebook import json_positions, json_region
+
+    if d.path not in cache:
+        raw = ctx.sources.get(d.path)
+        cache[d.path] = json_positions(raw) if raw else {}
+    return json_region(cache[d.path], d)
+
+
+def repo_root(start: Optional[str] = None) -> Path:
+    """The git work tree holding ``start`` (default: the current folder), else ``start``."""
+    here = Path(os.path.abspath(start or os.getcwd()))
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return here

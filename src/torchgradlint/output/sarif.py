@@ -1,0 +1,133 @@
+"""SARIF 2.1.0 for GitHub code scanning and other SARIF viewers.
+
+One run; ``tool.driver.rules`` lists every rule (plus ``TGL000``
+parse-error) with id, name, shortDescription, fullDescription, help (text and
+Markdown: the rule's docs), helpUri and defaultConfiguration.level. Each result
+has ruleId, ruleIndex, level, message.text and one physical location whose
+``artifactLocation.uri`` is relative to ``%SRCROOT%`` (the repository root,
+forward slashes) and whose region is 1-based with an exclusive end column,
+counted in Unicode code points (``columnKind``). A notebook result's region
+is the cell line inside the ``.ipynb`` JSON; its message names the cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import __version__
+from ..diagnostics import PARSE_ERROR_CODE, Diagnostic
+from ._common import file_region, repo_root
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+INFORMATION_URI = "https://github.com/torchgradlint/torchgradlint"
+
+
+def level_for(code: str) -> str:
+    """SARIF level: gradient correctness (TGL0xx) and parse errors are
+    ``error``, opinionated advice (TGL9xx) ``note``, the rest ``warning``."""
+    if code.startswith("TGL0"):
+        return "error"
+    if code.startswith("TGL9"):
+        return "note"
+    return "warning"
+
+
+def _section(docs: str, heading: str) -> str:
+    m = re.search(rf"^##\s*{re.escape(heading)}\s*$(.*?)(?=^##\s|\Z)", docs, re.M | re.S)
+    return " ".join(m.group(1).split()) if m else ""
+
+
+def rule_descriptors() -> list[dict[str, Any]]:
+    """``reportingDescriptor`` objects: ``TGL000`` then every rule by code."""
+    from ..registry import DOCS_URL, all_rules
+
+    parse_docs = ("## What it does\nReports a file that could not be read, decoded or parsed; "
+                  "such a file is not linted.\n")
+    out = [{
+        "id": PARSE_ERROR_CODE,
+        "name": "parse-error",
+        "shortDescription": {"text": "file could not be read or parsed"},
+        "fullDescription": {"text": "A file that could not be read, decoded or parsed is not linted."},
+        "help": {"text": parse_docs, "markdown": parse_docs},
+        "helpUri": INFORMATION_URI,
+        "defaultConfiguration": {"level": "error"},
+        "properties": {"tags": ["torchgradlint"]},
+    }]
+    for r in all_rules():
+        docs = r.docs.strip() or r.summary
+        out.append({
+            "id": r.code,
+            "name": r.name,
+            "shortDescription": {"text": r.summary or r.name},
+            "fullDescription": {"text": _section(docs, "What it does") or r.summary or r.name},
+            "help": {"text": docs, "markdown": docs},
+            "helpUri": DOCS_URL.format(code=r.code),
+            "defaultConfiguration": {"level": level_for(r.code), "enabled": bool(r.default_enabled)},
+            "properties": {"tags": ["torchgradlint", "pytorch", "autograd"]},
+        })
+    return out
+
+
+def _uri(path: str, root: Path) -> tuple[str, bool]:
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(root).as_posix(), True
+    except ValueError:
+        return absolute.as_uri(), False
+
+
+def to_sarif(diagnostics: Sequence[Diagnostic], ctx) -> dict[str, Any]:
+    """The SARIF log as a JSON-ready dict."""
+    root = Path(os.path.abspath(ctx.root)) if ctx.root else repo_root()
+    rules = rule_descriptors()
+    index = {r["id"]: i for i, r in enumerate(rules)}
+    cache: dict = {}
+    results = []
+    for d in diagnostics:
+        uri, relative = _uri(d.path, root)
+        artifact: dict[str, Any] = {"uri": uri}
+        if relative:
+            artifact["uriBaseId"] = "%SRCROOT%"
+        physical: dict[str, Any] = {"artifactLocation": artifact}
+        region = file_region(d, ctx, cache)
+        if region is None:  # notebook line not located in the JSON: the file's first line
+            region = (1, 1, 1, 1)
+        line, col, end_line, end_col = region
+        physical["region"] = {"startLine": line, "startColumn": col, "endLine": end_line, "endColumn": end_col}
+        text = d.message if d.cell is None else f"{d.message} (cell {d.cell}, line {d.line}, column {d.col})"
+        result: dict[str, Any] = {
+            "ruleId": d.code,
+            "level": level_for(d.code),
+            "message": {"text": text},
+            "locations": [{"physicalLocation": physical}],
+        }
+        if d.code in index:
+            result["ruleIndex"] = index[d.code]
+        if d.cell is not None:
+            result["properties"] = {"cell": d.cell, "cellLine": d.line, "cellColumn": d.col}
+        results.append(result)
+    return {
+        "$schema": SCHEMA_URI,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "torchgradlint",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": rules,
+            }},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": root.as_uri() + "/"}},
+            "columnKind": "unicodeCodePoints",
+            "results": results,
+        }],
+    }
+
+
+def render(diagnostics: Sequence[Diagnostic], ctx) -> str:
+    """The SARIF log as indented JSON."""
+    return json.dumps(to_sarif(diagnostics, ctx), indent=2) + "\n"

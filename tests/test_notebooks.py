@@ -1,0 +1,145 @@
+"""Jupyter notebooks: cells linted as one program, findings mapped back to cells."""
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from torchgradlint import config
+from torchgradlint.cli import main
+from torchgradlint.notebook import join_cells, json_positions
+
+
+def code(*lines, as_string=False):
+    src = [line + "\n" for line in lines[:-1]] + [lines[-1]]
+    return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": "".join(src) if as_string else src}
+
+
+def md(text):
+    return {"cell_type": "markdown", "metadata": {}, "source": [text]}
+
+
+def notebook(*cells, language="python"):
+    return {"cells": list(cells), "metadata": {"language_info": {"name": language}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+SETUP = code("%matplotlib inline", "!pip install -q torch", "import torch",
+             "model = torch.nn.Linear(4, 1)", "opt = torch.optim.SGD(model.parameters(), lr=0.1)")
+TIMED = code("%%time", "x = 1 +")  # a cell magic: not Python, must be skipped
+LOOP = code("files = !ls", "for _ in range(3):", "    %time y = 1", "    loss = model(torch.randn(2, 4)).sum()",
+            "    loss.backward()", "    opt.step()")
+
+
+@pytest.fixture(autouse=True)
+def _chdir(tmp_path, monkeypatch):
+    config.clear_cache()
+    monkeypatch.chdir(tmp_path)
+    yield
+    config.clear_cache()
+
+
+def write_nb(path, nb, indent=1):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=indent), encoding="utf-8")
+    return path
+
+
+def run(capsys, *argv):
+    rc = main(["check", "--select", "TGL001", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_finding_is_reported_by_cell_and_line(tmp_path, capsys):
+    write_nb(tmp_path / "nb.ipynb", notebook(md("# Train"), SETUP, TIMED, LOOP))
+    rc, out, err = run(capsys, "nb.ipynb")
+    assert rc == 1, err
+    assert out.splitlines() == [out.splitlines()[0]]
+    assert out.startswith("nb.ipynb:cell 3:6:5: TGL001 `opt` steps")
+
+
+def test_magics_keep_line_numbers():
+    joined = join_cells(["%matplotlib inline\nimport torch", "%%bash\nls\n", "x = !ls\nfor i in y:\n    !echo\n"])
+    lines = joined.source.splitlines()
+    assert lines == ["pass", "import torch", "", "", "pass", "for i in y:", "    pass"]
+    assert joined.locate(6) == (3, 2)
+    compile(joined.source, "nb", "exec")
+
+
+def test_json_has_cell_field_and_full_shows_cell_line(tmp_path, capsys):
+    write_nb(tmp_path / "nb.ipynb", notebook(SETUP, LOOP))
+    _, out, _ = run(capsys, "nb.ipynb", "--output-format", "json")
+    (obj,) = json.loads(out)
+    assert obj["cell"] == 2 and obj["location"] == {"row": 6, "column": 5}
+    _, out, _ = run(capsys, "nb.ipynb", "--output-format", "full")
+    assert "    6 |     opt.step()" in out.splitlines()
+
+
+def test_sarif_region_points_into_the_notebook_json(tmp_path, capsys):
+    path = write_nb(tmp_path / "nb.ipynb", notebook(md("text"), SETUP, LOOP))
+    _, out, _ = run(capsys, "nb.ipynb", "--output-format", "sarif")
+    (res,) = json.loads(out)["runs"][0]["results"]
+    loc = res["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "nb.ipynb"
+    region = loc["region"]
+    raw_line = path.read_text().splitlines()[region["startLine"] - 1]
+    assert raw_line[region["startColumn"] - 1:region["endColumn"] - 1] == "opt.step()"
+    assert "cell 2, line 6" in res["message"]["text"]
+    _, out, _ = run(capsys, "nb.ipynb", "--output-format", "github")
+    assert f"line={region['startLine']},col={region['startColumn']}," in out
+    assert "::cell 2, line 6: " in out
+
+
+def test_json_positions_with_escapes_and_string_sources():
+    nb = notebook(code('s = "a\\tb"; t = "é"', "x = 1"), code("y = 2", as_string=True))
+    raw = json.dumps(nb, indent=1, ensure_ascii=False)
+    pos = json_positions(raw)
+    assert (1, 1) in pos and (1, 2) in pos and (2, 1) not in pos
+
+
+def test_noqa_in_a_cell(tmp_path, capsys):
+    loop = code("for _ in range(3):", "    loss = model(torch.randn(2, 4)).sum()", "    loss.backward()",
+                "    opt.step()  # noqa: TGL001")
+    write_nb(tmp_path / "nb.ipynb", notebook(SETUP, loop))
+    assert run(capsys, "nb.ipynb")[0] == 0
+
+
+def test_malformed_notebook_is_one_diagnostic(tmp_path, capsys):
+    (tmp_path / "broken.ipynb").write_text('{"cells": [', encoding="utf-8")
+    (tmp_path / "shape.ipynb").write_text('{"cells": 3}', encoding="utf-8")
+    rc, out, err = run(capsys, ".")
+    lines = out.splitlines()
+    assert rc == 1 and len(lines) == 2 and "Traceback" not in err
+    assert lines[0].startswith("broken.ipynb:1:1: TGL000 notebook could not be read")
+    assert "invalid JSON" in lines[0]
+    assert lines[1].startswith("shape.ipynb:1:1: TGL000") and "cells" in lines[1]
+
+
+def test_notebooks_are_discovered_in_directories(tmp_path, capsys):
+    write_nb(tmp_path / "exp" / "a.ipynb", notebook(SETUP, LOOP))
+    write_nb(tmp_path / "exp" / ".ipynb_checkpoints" / "a-checkpoint.ipynb", notebook(SETUP, LOOP))
+    write_nb(tmp_path / "exp" / "r.ipynb", notebook(SETUP, LOOP, language="R"))
+    rc, out, _ = run(capsys, "exp")
+    assert rc == 1
+    assert [line.split(":")[0] for line in out.splitlines()] == ["exp/a.ipynb"]
+
+
+def test_per_file_ignores_and_stdin_filename_apply_to_notebooks(tmp_path, capsys, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.torchgradlint.per-file-ignores]\n"*.ipynb" = ["TGL001"]\n')
+    write_nb(tmp_path / "nb.ipynb", notebook(SETUP, LOOP))
+    assert run(capsys, "nb.ipynb")[0] == 0
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(notebook(SETUP, LOOP)).encode())))
+    rc, out, _ = run(capsys, "-", "--stdin-filename", "other.ipynb", "--isolated")
+    assert rc == 1 and out.startswith("other.ipynb:cell 2:6:5: TGL001")
+
+
+def test_notebook_from_a_subprocess(tmp_path):
+    write_nb(tmp_path / "nb.ipynb", notebook(SETUP, LOOP), indent=None)
+    proc = subprocess.run([sys.executable, "-m", "torchgradlint", "check", "nb.ipynb"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "nb.ipynb:cell 2:6:5: TGL001" in proc.stdout
