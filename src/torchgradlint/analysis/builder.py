@@ -227,6 +227,7 @@ class _Builder:
 
     def v_With(self, node: cst.With) -> None:
         region: Optional[Region] = None
+        self.m.with_bodies.add(id(node.body))
         for item in node.items:
             expr = item.item
             call = expr if isinstance(expr, cst.Call) else None

@@ -214,6 +214,8 @@ class FileModel:
         self.regions: list[Region] = []
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, list[Scope]] = {}
+        # ids of ``with`` statement bodies: they always run, so they do not break dominance
+        self.with_bodies: set[int] = set()
         self._base_mode_cache: dict[int, GradMode] = {}
         self._callers_cache: dict[int, list[Call]] = {}
         self._call_orders: Optional[list[int]] = None

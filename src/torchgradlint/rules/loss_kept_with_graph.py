@@ -1,0 +1,298 @@
+"""TGL101 loss-kept-with-graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from ..analysis.model import Assign, FileModel, GradMode, _Located, names_in, walk
+from ..analysis.names import dotted_name
+from ..analysis.provenance import (
+    backpropagated_names,
+    is_backward_target,
+    is_scalar_loss,
+    provenance,
+    returned_names,
+)
+from ..analysis.steps import backward_call
+from ..registry import Finding, Rule
+
+_APPEND_METHODS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
+_CONTAINER_CTORS = frozenset({"list", "dict", "collections.deque", "collections.defaultdict",
+                              "collections.OrderedDict", "deque", "defaultdict", "OrderedDict"})
+# Uses of a list of floats that work exactly like uses of a list of tensors.
+_FLOAT_SAFE_FUNCS = frozenset({"len", "sum", "print", "min", "max", "sorted", "statistics.mean", "numpy.mean",
+                               "np.mean", "math.fsum", "enumerate", "zip", "list", "round"})
+
+
+@dataclass
+class _Store:
+    fact: _Located
+    node: cst.CSTNode  # reported node
+    container: str
+    values: list[cst.BaseExpression]
+    kind: str  # "append" | "accumulate" | "subscript"
+
+
+def _is_container_value(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
+    if isinstance(node, (cst.List, cst.Dict, cst.ListComp, cst.DictComp)):
+        return True
+    if isinstance(node, cst.Call):
+        qn = model.qualname(node.func)
+        return qn in _CONTAINER_CTORS
+    return False
+
+
+class LossKeptWithGraph(Rule):
+    """A graph-attached tensor is stored across iterations.
+
+    Rests on: autograd mechanics ("Saved tensors"; a graph is freed when no
+    tensor references it), ``torch.Tensor.item``, ``torch.Tensor.detach``, and
+    the PyTorch FAQ "My model reports cuda runtime error(2): out of memory"
+    (accumulating history across the training loop).
+    """
+
+    code = "TGL101"
+    name = "loss-kept-with-graph"
+    summary = "graph-attached tensor stored across loop iterations"
+    prefilter = (("append", "extend", "insert", "+", "["),)
+    docs = """
+## What it does
+Checks for graph-attached tensors (losses, model outputs, anything computed
+from them with grad enabled) stored across loop iterations:
+`losses.append(loss)`, `losses.extend([loss])`, `total += loss`,
+`total = total + loss`, `history[step] = loss`, into a container or
+accumulator bound outside the loop or on `self`.
+
+## Why is this bad?
+A tensor keeps its whole autograd graph alive. When `backward()` runs every
+step, each stored loss still holds its graph's nodes (a few KB per step);
+when it does not (an evaluation loop without `torch.no_grad()`), every
+activation saved for backward stays alive too: memory grows linearly with the
+number of steps until the process runs out of memory. `total += loss` also
+chains every step's graph into one ever-growing graph.
+
+Storing `loss.item()`, `loss.detach()` or `float(loss)`, storing under
+`torch.no_grad()`/`torch.inference_mode()`, and a list or sum that is later
+backpropagated on purpose (`torch.stack(losses).sum().backward()`) are not
+flagged.
+
+## Example
+```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss)
+```
+
+## Use instead
+```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.item())
+```
+
+## Fix safety
+The fix (`loss` -> `loss.item()`) is offered only when the stored value is a
+scalar loss and the container or accumulator is used only in ways that work
+the same with Python floats. `.item()` synchronises with the device once per
+step.
+
+## References
+- [Autograd mechanics: saved tensors](https://pytorch.org/docs/stable/notes/autograd.html#saved-tensors)
+- [FAQ: accumulating history across your training loop](https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory)
+- [torch.Tensor.item](https://pytorch.org/docs/stable/generated/torch.Tensor.item.html)
+- [torch.Tensor.detach](https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html)
+"""
+
+    # -- store sites ---------------------------------------------------------------
+    def _stores(self, model: FileModel) -> Iterator[_Store]:
+        for c in model.calls:
+            if c.method in _APPEND_METHODS and c.receiver_text:
+                v = c.arg(_APPEND_METHODS[c.method])
+                if v is None:
+                    continue
+                if c.method == "extend":
+                    if not isinstance(v, (cst.List, cst.Tuple)):
+                        continue
+                    values = [e.value for e in v.elements if isinstance(e, cst.Element)]
+                else:
+                    values = [v]
+                yield _Store(c, c.node, c.receiver_text, values, "append")
+        for a in model.assigns:
+            if a.value is None or len(a.targets) != 1 or a.unpacked:
+                continue
+            t = a.targets[0]
+            if a.kind == "augassign" and a.op == "+=" and t.text:
+                if isinstance(a.value, (cst.List, cst.Tuple)):
+                    values = [e.value for e in a.value.elements if isinstance(e, cst.Element)]
+                    yield _Store(a, a.node, t.text, values, "append")
+                else:
+                    yield _Store(a, a.node, t.text, [a.value], "accumulate")
+            elif a.kind == "assign" and t.text and isinstance(a.value, cst.BinaryOperation) \
+                    and isinstance(a.value.operator, cst.Add):
+                left, right = a.value.left, a.value.right
+                if dotted_name(left) == t.text:
+                    yield _Store(a, a.node, t.text, [right], "accumulate")
+                elif dotted_name(right) == t.text:
+                    yield _Store(a, a.node, t.text, [left], "accumulate")
+            elif a.kind == "assign" and t.kind == "subscript" and t.container and isinstance(t.node, cst.Subscript):
+                yield _Store(a, a.node, t.container, [a.value], "subscript")
+
+    def _persists(self, model: FileModel, s: _Store) -> bool:
+        """Whether the container outlives one iteration of the innermost loop."""
+        if s.container.startswith("self."):
+            if s.kind == "accumulate":
+                return True
+            return any(a.binds(s.container) and _is_container_value(model, a.value) for a in model.assigns)
+        loop = s.fact.loop
+        if loop is None:
+            return False
+        bindings = model.bindings_of(s.container, s.fact.scope)
+        outside = [b for b in bindings if b.order < loop.order]
+        if not outside:
+            return False
+        inside = [b for b in bindings if loop.contains(b.order) and b is not s.fact]
+        if inside:
+            return False
+        if s.kind in ("append", "subscript"):
+            last = outside[-1]
+            if last.kind not in ("assign", "annassign") or not _is_container_value(model, last.value):
+                return False
+        if s.kind == "subscript":
+            return self._key_varies(model, s)
+        return True
+
+    def _key_varies(self, model: FileModel, s: _Store) -> bool:
+        assert isinstance(s.fact, Assign)
+        sub = s.fact.targets[0].node
+        assert isinstance(sub, cst.Subscript)
+        keys: set[str] = set()
+        for el in sub.slice:
+            keys |= names_in(el.slice)
+        if not keys:
+            return False
+        loop = s.fact.loop
+        assert loop is not None
+        return any(any(b.binds(k) and loop.contains(b.order) or (b.kind == "for" and b.node is loop.node and b.binds(k))
+                       for b in model.bindings_of(k, s.fact.scope)) for k in keys)
+
+    @staticmethod
+    def _loop_over_callables(model: FileModel, s: _Store) -> bool:
+        """``for model in models: outs.append(model(x))``: the loop walks
+        modules (an ensemble, layers), not steps, so the list stays bounded."""
+        loop = s.fact.loop
+        if loop is None or not isinstance(loop.node, cst.For):
+            return False
+        targets: set[str] = set()
+        for b in model.assigns:
+            if b.kind == "for" and b.node is loop.node:
+                targets |= {t.text for t in b.targets if t.text}
+        called = {dotted_name(n.func) for v in s.values for n in walk(v) if isinstance(n, cst.Call)}
+        return bool(targets & called)
+
+    @staticmethod
+    def _result_discarded(model: FileModel, scope) -> bool:
+        """Whether the function ``scope`` has same-file callers and none of
+        them backpropagates what it returns (a returned container may be
+        backpropagated on purpose by its caller)."""
+        callers = model.callers_of(scope)
+        if not callers:
+            return False
+        for c in callers:
+            names: set[str] = set()
+            for a in model.assigns_in_scope(c.scope):
+                if a.statement is c.statement:
+                    names |= {t.text for t in a.targets if t.text}
+            if names & backpropagated_names(model, c.scope):
+                return False
+            for other in model.calls_in_scope(c.scope):
+                bw = backward_call(model, other)
+                if bw is not None and bw.target is not None and any(n is c.node for n in walk(bw.target)):
+                    return False
+        return True
+
+    # -- fix ------------------------------------------------------------------------
+    def _fix(self, model: FileModel, s: _Store, value: cst.BaseExpression):
+        if not isinstance(value, cst.Name) or s.kind == "subscript" or s.container.startswith("self."):
+            return None
+        if not is_scalar_loss(model, value, s.fact):
+            return None
+        scope = s.fact.scope
+        if s.container in returned_names(model, scope):
+            return None
+        for c in model.calls_in_scope(scope):
+            if c is s.fact:
+                continue
+            if c.receiver is not None and c.receiver_text != s.container and s.container in names_in(c.receiver):
+                return None
+            if c.receiver_text == s.container:
+                if s.kind == "accumulate" or c.method not in ("append", "extend", "clear", "insert", "appendleft"):
+                    return None
+                continue
+            arg_names: set[str] = set()
+            for a in c.node.args:
+                arg_names |= names_in(a.value)
+            if s.container in arg_names and (c.qualname or "") not in _FLOAT_SAFE_FUNCS:
+                return None
+        for a in model.assigns_in_scope(scope):
+            if a is s.fact or a.value is None or a.kind == "for":
+                continue
+            if s.container in names_in(a.value) and not a.binds(s.container):
+                return None
+        new = cst.Call(func=cst.Attribute(value=value, attr=cst.Name("item")))
+        return (value, new)
+
+    # -- check ----------------------------------------------------------------------
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        bp_cache: dict[int, set[str]] = {}
+        for s in self._stores(model):
+            scope = s.fact.scope
+            mode = model.grad_mode(s.fact)
+            if mode is GradMode.DISABLED:
+                continue
+            if not self._persists(model, s) or self._loop_over_callables(model, s):
+                continue
+            key = id(scope)
+            if key not in bp_cache:
+                bp_cache[key] = backpropagated_names(model, scope)
+            if s.container in bp_cache[key]:
+                continue
+            if s.container in returned_names(model, scope) and not self._result_discarded(model, scope):
+                continue
+            if s.container.startswith("self.") and any(
+                    s.container in backpropagated_names(model, sc) for sc in model.scopes):
+                continue
+            for value in s.values:
+                if mode is GradMode.ENABLED:
+                    p = provenance(model, value, s.fact)
+                    if not p.attached or not p.sources:  # a bare leaf holds no graph
+                        continue
+                else:  # UNKNOWN: only a name backpropagated in this very scope is evidence enough
+                    if not is_backward_target(model, value, s.fact):
+                        continue
+                    p = None
+                shown = model.module.code_for_node(value)
+                if len(shown) > 30:
+                    shown = "the stored tensor"
+                else:
+                    shown = f"`{shown}`"
+                loss_like = p is None or is_scalar_loss(model, value, s.fact)
+                what = ("its autograd graph" if loss_like
+                        else "its autograd graph and every activation saved for backward")
+                if s.kind == "accumulate":
+                    msg = (f"`{s.container}` accumulates {shown} with {what} across iterations, so memory grows "
+                           f"every step; accumulate `{dotted_name(value) or 'x'}.item()` (or `.detach()`) instead")
+                else:
+                    msg = (f"{shown} is stored in `{s.container}` with {what}, kept alive across iterations so "
+                           "memory grows every step; store `.item()` or `.detach()` instead")
+                fix = self._fix(model, s, value)
+                yield Finding(s.node, msg, fix=fix, fix_safe=True) if fix else Finding(s.node, msg)
+                break

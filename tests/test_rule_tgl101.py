@@ -1,0 +1,192 @@
+"""TGL101 loss-kept-with-graph on short snippets the fixtures do not cover."""
+
+import textwrap
+
+from torchgradlint.engine import lint_source
+from torchgradlint.rules.loss_kept_with_graph import LossKeptWithGraph
+
+
+def diags(src: str):
+    return [d for d in lint_source(textwrap.dedent(src), "x.py", [LossKeptWithGraph]).diagnostics
+            if d.code == "TGL101"]
+
+
+def lines(src: str) -> list[int]:
+    """Lines of the TGL101 findings in ``src``."""
+    return [d.line for d in diags(src)]
+
+
+LOOP = """
+import torch
+from torch import nn
+model = nn.Linear(4, 1)
+criterion = nn.MSELoss()
+{init}
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    {store}
+{after}
+"""
+
+
+def loop(store: str, init: str = "losses = []", after: str = "") -> list[int]:
+    return lines(LOOP.format(store=store, init=init, after=after))
+
+
+def test_append_extend_and_accumulators_are_flagged():
+    assert loop("losses.append(loss)") == [10]
+    assert loop("losses.extend([loss, loss * 2])") == [10]
+    assert loop("losses += [loss]") == [10]
+    assert loop("total += loss", init="total = 0.0") == [10]
+    assert loop("total = total + loss", init="total = 0.0") == [10]
+    assert loop("total = loss + total", init="total = 0.0") == [10]
+    assert loop("losses.append(loss.cpu())") == [10]
+
+
+def test_detached_values_are_silent():
+    for store in ("losses.append(loss.item())", "losses.append(loss.detach())", "losses.append(float(loss))",
+                  "losses.append(loss.detach().cpu())", "losses.append(loss.data)"):
+        assert loop(store) == [], store
+    assert loop("total += loss.item() * x.size(0)", init="total = 0.0") == []
+    assert loop("correct += (model(x).argmax(1) == y).sum()", init="correct = 0") == []
+
+
+def test_container_bound_inside_the_loop_is_silent():
+    assert lines("""
+        import torch
+        for x, y in loader:
+            parts = []
+            loss = model(x).sum()
+            loss.backward()
+            parts.append(loss)
+        """) == []
+
+
+def test_dict_with_loop_key_is_flagged_constant_key_is_silent():
+    assert loop("hist[key] = loss", init="hist = {}\nkey = 'train'") == []  # key never changes
+    assert lines("""
+        import torch
+        hist = {}
+        for step in range(10):
+            loss = model(x).sum()
+            loss.backward()
+            hist[step] = loss
+            hist["last"] = loss
+        """) == [7]
+
+
+def test_later_backpropagated_on_purpose_is_silent():
+    assert loop("losses.append(loss)", after="torch.stack(losses).sum().backward()") == []
+    assert loop("losses.append(loss)", after="sum(losses).backward()") == []
+    assert loop("total = total + loss", init="total = 0", after="(total / 4).backward()") == []
+
+
+def test_storing_under_no_grad_is_silent():
+    assert loop("with torch.no_grad():\n        losses.append(loss)") == []
+    assert lines("""
+        import torch
+        @torch.no_grad()
+        def evaluate(model, loader):
+            outs = []
+            for x in loader:
+                outs.append(model(x))
+            print(len(outs))
+        """) == []
+
+
+def test_unknown_grad_mode_needs_a_backward_in_scope():
+    src = """
+        import torch
+        def run(model, loader):
+            losses = []
+            for x in loader:
+                loss = model(x).mean()
+                {bw}
+                losses.append(loss)
+            print(len(losses))
+        """
+    assert lines(src.format(bw="loss.backward()")) == [8]
+    assert lines(src.format(bw="pass")) == []
+
+
+def test_self_attribute_accumulator_is_flagged():
+    assert lines("""
+        import torch
+        from torch import nn
+        class Trainer:
+            def __init__(self):
+                self.history = []
+                self.model = nn.Linear(2, 2)
+            def step(self, x):
+                loss = self.model(x).sum()
+                loss.backward()
+                self.history.append(loss)
+        """) == [11]
+
+
+def test_returned_container_backpropagated_by_caller_is_silent():
+    assert lines("""
+        import torch
+        def chunk_loss(model, xs):
+            total = 0.0
+            for x in xs:
+                total = total + model(x).sum()
+            return total
+        def main():
+            loss = chunk_loss(model, xs)
+            loss.backward()
+        """) == []
+
+
+def test_argmax_predictions_are_silent():
+    assert loop("losses.append(model(x).argmax(1))") == []
+
+
+def test_fix_replaces_stored_scalar_loss_with_item():
+    src = LOOP.format(store="losses.append(loss)", init="losses = []", after="print(sum(losses) / len(losses))")
+    (d,) = diags(src)
+    assert d.fix is not None and d.fix.replacement == "loss.item()" and d.fix.safe
+    (d,) = diags(LOOP.format(store="total += loss", init="total = 0.0", after="print(total)"))
+    assert d.fix is not None and d.fix.replacement == "loss.item()"
+
+
+def test_no_fix_when_ambiguous():
+    # used as a tensor later: floats would break torch.stack
+    (d,) = diags(LOOP.format(store="losses.append(loss)", init="losses = []",
+                             after="print(torch.stack(losses).mean())"))
+    assert d.fix is None
+    # total.item() would break on a float
+    (d,) = diags(LOOP.format(store="total += loss", init="total = 0.0", after="print(total.item())"))
+    assert d.fix is None
+    # not known to be a scalar loss
+    (d,) = diags(LOOP.format(store="losses.append(model(x))", init="losses = []", after=""))
+    assert d.fix is None
+
+
+def test_rebound_to_item_after_backward_is_silent():
+    # allennlp find_learning_rate: the name is rebound to a float before it is stored
+    assert lines("""
+        import torch
+        def search(trainer, batches):
+            losses = []
+            for batch in batches:
+                loss = trainer.batch_outputs(batch)["loss"]
+                loss.backward()
+                loss = loss.detach().cpu().item()
+                losses.append(loss)
+            return losses
+        """) == []
+
+
+def test_loop_over_modules_is_silent():
+    assert lines("""
+        import torch
+        def predict(models, x):
+            outs = []
+            for model in models:
+                outs.append(model(x))
+            return torch.stack(outs).mean(0)
+        def main():
+            print(predict(models, x))
+        """) == []
