@@ -54,3 +54,39 @@ def test_unified_diff():
     text = unified_diff("x.py", SRC, SRC.replace("f(loss)", "f(loss.item())"))
     assert text.startswith("--- a/x.py\n+++ b/x.py\n")
     assert "-a = f(loss)\n+a = f(loss.item())\n" in text
+
+
+FIXTURE = __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtures" / "TGL101" / "bad_losses_append.py"
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "torchgradlint", "check", *args], capture_output=True, text=True)
+
+
+def test_cli_fix_end_to_end(tmp_path):
+    target = tmp_path / "train.py"
+    original = FIXTURE.read_text()
+    target.write_text(original)
+
+    out = cli("--fix", "--show-fixes", str(target))
+    assert "Traceback" not in out.stderr
+    assert "Fixed" in out.stderr and "TGL101" in out.stderr
+    fixed = target.read_text()
+    changed = [(a, b) for a, b in zip(original.splitlines(), fixed.splitlines()) if a != b]
+    assert changed == [("        losses.append(loss)  # expect: TGL101",
+                        "        losses.append(loss.item())  # expect: TGL101")]
+    assert len(original.splitlines()) == len(fixed.splitlines())
+    compile(fixed, str(target), "exec")
+    assert out.returncode == 0, out.stdout  # nothing remains
+
+    again = cli("--fix", str(target))
+    assert target.read_text() == fixed and again.returncode == 0  # idempotent
+
+
+def test_cli_diff_does_not_write(tmp_path):
+    target = tmp_path / "train.py"
+    target.write_text(FIXTURE.read_text())
+    out = cli("--diff", str(target))
+    assert out.returncode == 1
+    assert "+        losses.append(loss.item())  # expect: TGL101" in out.stdout
+    assert target.read_text() == FIXTURE.read_text()

@@ -88,7 +88,7 @@ def fix_until_stable(source: str, lint: Callable[[str], Sequence[Diagnostic]], u
 def unified_diff(path: str, before: str, after: str) -> str:
     """A unified diff of one file's fix, as ``--diff`` prints it."""
     return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        fromfile=f"a/{path}", tofile=f"b/{path}"))
+                                        fromfile=f"a/{path.lstrip('/')}", tofile=f"b/{path.lstrip('/')}"))
 
 
 @dataclass
