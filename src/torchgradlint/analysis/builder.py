@@ -12,7 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from . import grad_mode
-from .model import Assign, Call, ClassInfo, FileModel, GradMode, Loop, Region, Scope, Target
+from .model import Assign, Call, ClassInfo, FileModel, Loop, Region, Scope, Target
 from .names import dotted_name
 from .tree import iter_children
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Optional
 
 import libcst as cst
 
@@ -289,17 +289,23 @@ class FileModel:
         """The binding of ``text`` that certainly reaches ``at``, or ``None``.
 
         The latest binding before ``at`` in the same scope is returned only
-        when it dominates ``at`` (straight-line, same or enclosing suite) and
-        no other binding of ``text`` lies between them in a branch; otherwise
-        the fact is ambiguous and ``None`` is returned (rules stay silent).
+        when it dominates ``at``: it sits in the same suite as ``at`` or an
+        enclosing one, where ``with`` bodies count as part of their enclosing
+        suite (a ``with`` body always runs, so ``with torch.no_grad(): out =
+        model(x)`` reaches a use after the block). A binding in a branch or a
+        loop body that ``at`` is outside of is ambiguous: ``None`` is returned
+        and rules stay silent.
         """
         before = [a for a in self.bindings_of(text, at.scope) if a.order < at.order]
         if not before:
             return None
         last = before[-1]
-        if not last.dominates(at) and not (last.statement is at.statement):
-            return None
-        return last
+        if last.statement is at.statement or last.dominates(at):
+            return last
+        bodies = self.with_bodies
+        mine = tuple(b for b in last.blocks if id(b) not in bodies)
+        theirs = tuple(b for b in at.blocks if id(b) not in bodies)
+        return last if theirs[:len(mine)] == mine else None
 
     def enclosing_function(self, scope: Scope) -> Optional[Scope]:
         """The nearest function scope at or above ``scope``."""

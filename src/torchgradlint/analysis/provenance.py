@@ -389,20 +389,9 @@ def _requires_grad_later(model: FileModel, text: str, binding: Assign, at: _Loca
 
 
 def reaching_binding(model: FileModel, text: str, at: _Located) -> Optional[Assign]:
-    """:meth:`FileModel.reaching_binding`, also seeing through ``with``
-    bodies (``with torch.no_grad(): out = model(x)`` reaches a use after the
-    ``with``: a ``with`` body always runs)."""
-    found = model.reaching_binding(text, at)
-    if found is not None:
-        return found
-    before = [a for a in model.bindings_of(text, at.scope) if a.order < at.order]
-    if not before:
-        return None
-    last = before[-1]
-    bodies = getattr(model, "with_bodies", ())
-    mine = tuple(b for b in last.blocks if id(b) not in bodies)
-    theirs = tuple(b for b in at.blocks if id(b) not in bodies)
-    return last if theirs[:len(mine)] == mine else None
+    """:meth:`FileModel.reaching_binding` (kept as a function for callers of
+    this module; ``with`` bodies are seen through by the model itself)."""
+    return model.reaching_binding(text, at)
 
 
 class _Evaluator:
