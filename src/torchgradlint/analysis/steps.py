@@ -83,8 +83,13 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
 
 def optimizer_constructors(model: FileModel) -> dict[str, Assign]:
     """Names and attributes bound to ``torch.optim.<Optimizer>(...)`` calls
-    (learning-rate schedulers excluded), mapped to their binding."""
+    (learning-rate schedulers excluded), mapped to their binding.
+    Computed once per file (cached in ``model.memo``)."""
+    cached = model.memo.get("optimizer_constructors")
+    if cached is not None:
+        return cached  # type: ignore[return-value]
     found: dict[str, Assign] = {}
+    model.memo["optimizer_constructors"] = found
     for a in model.assigns:
         if a.kind != "assign" or not isinstance(a.value, cst.Call) or a.unpacked:
             continue
@@ -196,3 +201,17 @@ def resets_within(model: FileModel, order: int, end: int) -> list[GradReset]:
 def is_true(node: Optional[cst.BaseExpression]) -> bool:
     """Whether ``node`` is the literal ``True``."""
     return is_literal(node, True)
+
+
+_FOREIGN_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "keras", "jax", "flax", "paddle", "mindspore", "oneflow",
+                                 "chainer"})
+
+
+def foreign_framework_file(model: FileModel) -> bool:
+    """Whether the file imports another deep-learning framework (MXNet,
+    TensorFlow, JAX, Paddle...) and not torch: its ``backward``/``step``/
+    ``no_grad`` calls follow that framework's semantics (MXNet overwrites
+    gradients by default), so torch rules stay silent."""
+    if model.names.imports_torch:
+        return False
+    return any(v.split(".")[0] in _FOREIGN_FRAMEWORKS for v in model.names.aliases.values())

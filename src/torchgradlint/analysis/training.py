@@ -19,6 +19,10 @@ class StepSite:
 
     step: OptimizerStep
     via: Call
+    in_helper_loop: bool = False
+    """True when, inside the helper chain, the step already runs in a loop
+    that backpropagates (that loop is the training loop to judge, not the
+    loop around ``via``)."""
 
     @property
     def order(self) -> int:
@@ -52,9 +56,38 @@ def _function_backwards(model: FileModel, scope: Scope, depth: int) -> bool:
     return False
 
 
+def _in_training_loop(model: FileModel, call: Call) -> bool:
+    loop = call.loop
+    while loop is not None:
+        if has_backward(model, loop.order, loop.end):
+            return True
+        loop = loop.parent
+    return False
+
+
+def _function_step_sites(model: FileModel, scope: Scope, depth: int,
+                         seen: frozenset = frozenset()) -> list[tuple[OptimizerStep, bool]]:
+    """Steps reached by calling ``scope``, each with whether it runs inside a
+    training loop somewhere along the helper chain."""
+    out: list[tuple[OptimizerStep, bool]] = []
+    seen = seen | {id(scope)}
+    for c in model.calls_within(scope.order, scope.end):
+        s = optimizer_step(model, c)
+        if s is not None:
+            out.append((s, _in_training_loop(model, c)))
+        elif depth < _MAX_DEPTH:
+            for callee in model.resolve_callee(c):
+                if id(callee) not in seen:
+                    inner = _function_step_sites(model, callee, depth + 1, seen)
+                    looped = bool(inner) and _in_training_loop(model, c)
+                    out += [(st, flag or looped) for st, flag in inner]
+    return out
+
+
 def step_sites(model: FileModel, order: int, end: int) -> list[StepSite]:
     """Optimizer steps lexically in ``[order, end]`` or reached through a
-    same-file helper called there."""
+    same-file helper called there (``in_helper_loop`` marks helper steps that
+    already run inside a training loop of the helper chain)."""
     out: list[StepSite] = []
     for c in model.calls_within(order, end):
         s = optimizer_step(model, c)
@@ -62,8 +95,8 @@ def step_sites(model: FileModel, order: int, end: int) -> list[StepSite]:
             out.append(StepSite(s, c))
             continue
         for callee in model.resolve_callee(c):
-            for inner in _function_steps(model, callee, 1):
-                out.append(StepSite(inner, c))
+            for inner, looped in _function_step_sites(model, callee, 1):
+                out.append(StepSite(inner, c, looped))
     return out
 
 

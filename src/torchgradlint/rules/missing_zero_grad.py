@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ..analysis.model import FileModel
 from ..analysis.names import dotted_name
-from ..analysis.steps import function_resets, resets_within
+from ..analysis.steps import foreign_framework_file, function_resets, optimizer_constructors, resets_within
 from ..analysis.training import step_sites, training_loop_of
 from ..registry import Finding, Rule
 
@@ -37,7 +37,13 @@ is easy to miss.
 
 Gradient accumulation is fine: a reset anywhere in the loop (for example under
 `if step % k == 0:`) keeps the rule silent, as does an LBFGS closure that
-zeroes gradients, or a helper called in the loop that does.
+zeroes gradients, or a helper called in the loop that does. A loop that calls a
+helper which backpropagates and steps (`train_step(batch)`) is judged as if
+the helper's body were inline, and reported at the helper call; a helper that
+holds its own training loop is reported there, once. A reset aimed at one
+optimizer (`opt_d.zero_grad()`) does not cover a second optimizer constructed
+in the same file (`opt_g.step()` in a GAN loop). Files that import another
+framework (MXNet, TensorFlow, JAX...) and not torch are skipped.
 
 ## Example
 ```python
@@ -63,7 +69,12 @@ for x, y in loader:
 """
 
     def check(self, model: FileModel) -> Iterator[Finding]:
+        if foreign_framework_file(model):
+            return
+        constructed = optimizer_constructors(model)
         for site in step_sites(model, model.module_scope.order, model.module_scope.end):
+            if site.in_helper_loop:
+                continue  # judged at the helper's own training loop
             loop = training_loop_of(model, site)
             if loop is None:
                 continue
@@ -74,7 +85,10 @@ for x, y in loader:
             ):
                 continue
             if resets and (any(r.target is None for r in resets)
-                           or site.step.optimizer in {r.target for r in resets}):
+                           or site.step.optimizer in {r.target for r in resets}
+                           or site.step.optimizer not in constructed):
+                # A reset of a named optimizer silences the step unless the
+                # stepped optimizer is provably another constructed one.
                 continue
             opt = site.step.optimizer or "the optimizer"
             if site.via is site.step.call:
