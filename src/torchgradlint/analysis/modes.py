@@ -1,0 +1,490 @@
+"""Module modes: which names hold ``nn.Module`` instances, where they enter
+eval or training mode, and which mode they may be in at a given call.
+
+PyTorch docs: ``torch.nn.Module.train`` / ``torch.nn.Module.eval`` (a module
+is in training mode from construction until ``eval()``/``train(False)``; the
+flag is recursive over submodules), and "Locally disabling gradient
+computation" — "no_grad vs eval"
+(https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation):
+grad mode and module mode are independent switches.
+
+Vocabulary:
+
+- a *mode event* of module ``M`` in a scope is one of ``EVAL`` (``M.eval()``,
+  ``M.train(False)``, or the same on an owner such as ``self.eval()`` for
+  ``self.net``), ``TRAIN`` (``M.train()``/``M.train(True)`` on ``M`` or a
+  module owner), ``TRAINED`` (a backward or optimizer step in a scope where
+  ``M`` runs a forward with grad enabled: the module takes part in training,
+  so it is in training mode unless an ``EVAL`` came first), ``UNKNOWN``
+  (``M.train(flag)`` with a non-literal flag), or the final event of a
+  same-file helper the module is passed to;
+- :func:`modes_at` answers "which of these may be the latest event before
+  this call", following loop wrap-around (events later in an enclosing loop
+  body precede the next iteration) and, on function entry, the same-file
+  callers (call-site arguments mapped to parameters; ``self.x`` by name).
+
+An empty answer means no evidence: rules stay silent.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from .model import Call, FileModel, GradMode, Scope, is_literal
+from .names import dotted_name
+from .steps import backward_call, optimizer_step
+
+EVAL = "eval"
+TRAIN = "train"
+TRAINED = "trained"
+UNKNOWN = "unknown"
+TRAINING_KINDS = frozenset({TRAIN, TRAINED})
+
+_MAX_DEPTH = 3
+_MODULE_METHODS = frozenset({"parameters", "named_parameters", "eval"})
+_WRAPPERS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
+                       "requires_grad_", "share_memory"})
+_MODULE_BASES = frozenset({"torch.nn.Module", "pytorch_lightning.LightningModule", "lightning.LightningModule",
+                           "lightning.pytorch.LightningModule", "pytorch_lightning.core.LightningModule"})
+_NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer"})
+_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
+_PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                           "torch.nn.parallel.DistributedDataParallel", "torch.jit.script"})
+# Layers whose forward depends on ``training``.
+_MODE_LAYER = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
+# Source tokens that make a class's forward depend on ``training``.
+_MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|\bdropout|batch_norm|"
+                          r"\.training\b|track_running_stats")
+_STD_MODULES = frozenset({"math", "typing", "dataclasses", "collections", "functools", "itertools",
+                          "__future__", "enum", "abc", "numbers", "operator"})
+
+
+@dataclass(frozen=True)
+class ModeEvent:
+    """Something that sets (or shows) a module's mode, at ``call`` in its scope.
+
+    ``kind`` is one of :data:`EVAL`, :data:`TRAIN`, :data:`TRAINED`,
+    :data:`UNKNOWN`.
+    """
+
+    call: Call
+    kind: str
+
+    @property
+    def order(self) -> int:
+        """Pre-order index of the call."""
+        return self.call.order
+
+
+@dataclass
+class _Cache:
+    modules: Optional[frozenset[str]] = None
+    classes: Optional[frozenset[str]] = None
+    events: dict = field(default_factory=dict)
+    modes: dict = field(default_factory=dict)
+    sensitive: dict = field(default_factory=dict)
+    forwards: dict = field(default_factory=dict)
+
+
+_CACHES: "weakref.WeakKeyDictionary[FileModel, _Cache]" = weakref.WeakKeyDictionary()
+
+
+def _cache(model: FileModel) -> _Cache:
+    c = _CACHES.get(model)
+    if c is None:
+        c = _CACHES[model] = _Cache()
+    return c
+
+
+# -- which names are modules ---------------------------------------------------------
+def module_classes(model: FileModel) -> frozenset[str]:
+    """Same-file classes deriving (transitively) from ``nn.Module`` or a
+    Lightning module."""
+    c = _cache(model)
+    if c.classes is None:
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, info in model.classes.items():
+                if name not in found and any(
+                    b in _MODULE_BASES or b.split(".")[-1] in found or b.endswith("LightningModule")
+                    for b in info.bases
+                ):
+                    found.add(name)
+                    changed = True
+        c.classes = frozenset(found)
+    return c.classes
+
+
+def unwrap(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """``Net().to(device).train()`` -> ``Net()``: strip mode/device/dtype calls."""
+    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+           and node.func.attr.value in _WRAPPERS):
+        node = node.func.value
+    return node
+
+
+def _ctor_kind(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
+    """``"nn"`` for ``nn.X(...)``, ``"class"`` for a same-file module class,
+    ``"zoo"`` for model-zoo factories, else ``None``."""
+    node = unwrap(node)
+    if not isinstance(node, cst.Call):
+        return None
+    qn = model.qualname(node.func) or ""
+    last = qn.rsplit(".", 1)[-1]
+    if qn.startswith("torch.nn.") and last[:1].isupper() and last not in _NOT_MODULES and not last.endswith("Loss"):
+        return "nn"
+    if "." not in qn and last in module_classes(model):
+        return "class"
+    if qn.startswith(("torchvision.models.", "timm.create_model")):
+        return "zoo"
+    return None
+
+
+def module_names(model: FileModel) -> frozenset[str]:
+    """Dotted names (``model``, ``self.net``) that hold ``nn.Module``
+    instances somewhere in the file: bound to an ``nn.X(...)``, same-file
+    module class or model-zoo constructor (through ``.to()``/``.cuda()``...),
+    or receivers of ``.parameters()``/``.named_parameters()``/``.eval()``.
+
+    ``x.train()`` alone is no evidence (HF ``trainer.train()`` is not a
+    module); ``self``/``cls`` are never included.
+    """
+    c = _cache(model)
+    if c.modules is None:
+        found: set[str] = set()
+        for a in model.assigns:
+            if a.kind in ("assign", "annassign") and not a.unpacked and _ctor_kind(model, a.value):
+                found.update(t.text for t in a.targets if t.text)
+        for call in model.calls:
+            if call.method in _MODULE_METHODS and call.receiver_text and not call.node.args:
+                found.add(call.receiver_text)
+        found -= {"self", "cls"}
+        c.modules = frozenset(found)
+    return c.modules
+
+
+def is_module(model: FileModel, text: Optional[str]) -> bool:
+    """Whether the dotted name ``text`` is known to hold a module."""
+    return bool(text) and text in module_names(model)
+
+
+# -- does the module's forward depend on its mode? ------------------------------------------
+def _class_sensitive(model: FileModel, name: str, seen: set[str]) -> bool:
+    if name in seen:
+        return False
+    seen.add(name)
+    info = model.classes.get(name)
+    if info is None:
+        return True
+    for b in info.bases:
+        last = b.split(".")[-1]
+        if b not in _MODULE_BASES and last not in module_classes(model):
+            return True  # a base we cannot see may use dropout or batch norm
+    code = model.module.code_for_node(info.node)
+    if _MODE_SOURCE.search(code):
+        return True
+    for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
+        if word in model.classes and word != name and word in module_classes(model):
+            if _class_sensitive(model, word, seen):
+                return True
+        target = model.names.aliases.get(word)
+        if target and target.split(".")[0] not in ("torch", *_STD_MODULES):
+            return True  # e.g. a torchvision/timm backbone
+    return False
+
+
+def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
+    node = unwrap(node)
+    if not isinstance(node, cst.Call):
+        return True
+    qn = model.qualname(node.func) or ""
+    last = qn.rsplit(".", 1)[-1]
+    if qn.startswith("torch.nn."):
+        if _MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout" for a in node.args):
+            return True
+        if last in _CONTAINERS:
+            for a in node.args:
+                values = [a.value]
+                if isinstance(a.value, (cst.List, cst.Tuple)):
+                    values = [e.value for e in a.value.elements]
+                if a.star or any(_expr_sensitive(model, v) for v in values):
+                    return True
+        return False
+    if "." not in qn and last in model.classes:
+        return _class_sensitive(model, last, set())
+    return True
+
+
+def mode_sensitive(model: FileModel, text: str) -> bool:
+    """Whether the module named ``text`` may behave differently in training
+    and eval mode (dropout, batch norm...). ``False`` only when every
+    constructor binding of ``text`` in the file is visible and has no such
+    layer; unknown origins count as sensitive."""
+    c = _cache(model)
+    if text in c.sensitive:
+        return c.sensitive[text]
+    seen_ctor = False
+    result = False
+    for a in model.assigns:
+        if a.kind not in ("assign", "annassign") or not a.binds(text):
+            continue
+        if a.unpacked:
+            continue  # ``model, opt = accelerator.prepare(model, opt)``: a wrapper
+        value = unwrap(a.value)
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            continue  # ``model = model.to(device)``
+        if isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH:
+            continue
+        seen_ctor = True
+        if _expr_sensitive(model, value):
+            result = True
+            break
+    result = result or not seen_ctor
+    c.sensitive[text] = result
+    return result
+
+
+# -- mode events -----------------------------------------------------------------
+def _owner_of(owner: str, text: str) -> bool:
+    return text == owner or text.startswith(owner + ".")
+
+
+def _train_flag(call: Call) -> Optional[str]:
+    arg = call.arg(0, "mode")
+    if arg is None or is_literal(arg, True):
+        return TRAIN
+    if is_literal(arg, False):
+        return EVAL
+    return UNKNOWN
+
+
+def map_into(model: FileModel, call: Call, callee: Scope, text: str) -> Optional[str]:
+    """The name ``text`` (in the caller) takes inside ``callee`` when
+    ``call`` invokes it: the parameter it is passed as, the same ``self.x``
+    for a ``self.f(...)`` method call, or the same global name when the
+    callee neither takes nor binds it. ``None`` when it does not reach."""
+    head = text.split(".")[0]
+    positional = [a for a in call.node.args if a.keyword is None and not a.star]
+    params = list(callee.params)
+    if callee.class_name is not None and call.func_text and call.func_text.startswith(("self.", "cls.")):
+        params = params[1:]
+    for i, a in enumerate(positional):
+        if dotted_name(a.value) == text and i < len(params):
+            return params[i]
+    for a in call.node.args:
+        if a.keyword is not None and dotted_name(a.value) == text and a.keyword.value in callee.params:
+            return a.keyword.value
+    if head == "self":
+        if call.func_text and call.func_text.startswith("self.") and callee.class_name is not None:
+            return text
+        return None
+    if head in callee.params or model.bindings_of(head, callee):
+        return None
+    return text
+
+
+def map_out(model: FileModel, call: Call, callee: Scope, text: str) -> Optional[str]:
+    """The caller-side name of ``text`` (a name inside ``callee``) at the
+    call site ``call``, or ``None`` when it cannot be told."""
+    head, _, rest = text.partition(".")
+    if head == "self":
+        if call.func_text and call.func_text.startswith("self.") and callee.class_name is not None:
+            return text
+        return None
+    if head in callee.params:
+        params = list(callee.params)
+        if callee.class_name is not None and call.func_text and call.func_text.startswith(("self.", "cls.")):
+            params = params[1:]
+        arg = call.arg(params.index(head), head) if head in params else None
+        name = dotted_name(arg)
+        if name is None:
+            return None
+        return f"{name}.{rest}" if rest else name
+    if model.bindings_of(head, callee):
+        return None
+    return text
+
+
+def _forwards(model: FileModel, scope: Scope, text: str, depth: int) -> bool:
+    """Whether ``scope`` runs a forward of ``text`` with grad not disabled
+    (directly or through a same-file helper it passes the module to)."""
+    memo = _cache(model).forwards
+    key = (id(scope), text)
+    if key not in memo:
+        memo[key] = False  # recursion guard
+        memo[key] = _forwards_uncached(model, scope, text, depth)
+    return memo[key]
+
+
+def _forwards_uncached(model: FileModel, scope: Scope, text: str, depth: int) -> bool:
+    for c in model.calls_within(scope.order, scope.end):
+        if c.func_text in (text, f"{text}.forward") and model.grad_mode(c) is not GradMode.DISABLED:
+            return True
+        if depth < _MAX_DEPTH and c.scope is scope:
+            for callee in model.resolve_callee(c):
+                inner = map_into(model, c, callee, text)
+                if callee is not scope and inner and _forwards(model, callee, inner, depth + 1):
+                    return True
+    return False
+
+
+def _self_is_module(model: FileModel, call: Call) -> bool:
+    """``self.train()`` switches submodules only when ``self`` is a module."""
+    if call.receiver_text != "self":
+        return False
+    fn = model.enclosing_function(call.scope)
+    return fn is not None and fn.class_name in module_classes(model)
+
+
+def _trains(model: FileModel, call: Call) -> bool:
+    b = backward_call(model, call)
+    return (b is not None and b.accumulates) or optimizer_step(model, call) is not None
+
+
+def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[ModeEvent]:
+    """Mode events of the module ``text`` in ``scope``'s own statements, in
+    source order (see the module docstring). ``TRAINED`` events that follow
+    an ``EVAL`` (training in eval mode on purpose) are dropped."""
+    key = (id(scope), text, depth)
+    c = _cache(model)
+    if key in c.events:
+        return c.events[key]
+    c.events[key] = []  # recursion guard
+    raw: list[ModeEvent] = []
+    used: Optional[bool] = None
+    for call in model.calls_in_scope(scope):
+        callees = model.resolve_callee(call)
+        recv = call.receiver_text
+        if not callees and recv and recv not in ("cls",) and call.method in ("eval", "train") \
+                and _owner_of(recv, text):
+            if call.method == "eval" and not call.node.args:
+                raw.append(ModeEvent(call, EVAL))
+            elif call.method == "train" and (recv == text or is_module(model, recv) or _self_is_module(model, call)):
+                raw.append(ModeEvent(call, _train_flag(call)))
+            continue
+        if _trains(model, call):
+            if used is None:
+                used = _forwards(model, scope, text, depth)
+            if used:
+                raw.append(ModeEvent(call, TRAINED))
+            continue
+        if depth < _MAX_DEPTH:
+            for callee in callees:
+                inner = map_into(model, call, callee, text)
+                if callee is scope or inner is None:
+                    continue
+                sub = events(model, callee, inner, depth + 1)
+                if sub:
+                    raw.append(ModeEvent(call, sub[-1].kind))
+                    break
+    out: list[ModeEvent] = []
+    last_explicit: Optional[str] = None
+    for e in raw:
+        if e.kind == TRAINED and last_explicit == EVAL:
+            continue
+        if e.kind != TRAINED:
+            last_explicit = e.kind
+        out.append(e)
+    c.events[key] = out
+    return out
+
+
+def modes_at(model: FileModel, call: Call, text: str, depth: int = 0) -> frozenset[str]:
+    """The event kinds that may be the latest for module ``text`` when
+    ``call`` runs; empty when nothing is known.
+
+    Within the call's scope the latest earlier event in the innermost loop
+    decides; if that loop body has none before the call, both the state on
+    loop entry and the loop body's last event after the call (the previous
+    iteration) may reach it. On function entry the same-file callers are
+    asked (``depth`` bounds the recursion).
+    """
+    key = (id(call), text, depth)
+    c = _cache(model)
+    if key in c.modes:
+        return c.modes[key]
+    c.modes[key] = frozenset()  # recursion guard
+    evs = events(model, call.scope, text)
+    loops = call.loops
+
+    def reach(pos: int, idx: int) -> frozenset[str]:
+        lo = loops[idx].order if idx >= 0 else call.scope.order
+        prior = [e for e in evs if lo <= e.order < pos]
+        if prior:
+            return frozenset({prior[-1].kind})
+        if idx < 0:
+            return _entry_modes(model, call.scope, text, depth)
+        loop = loops[idx]
+        child_end = call.order if idx == len(loops) - 1 else loops[idx + 1].end
+        tail = [e for e in evs if child_end < e.order <= loop.end]
+        entry = reach(loop.order, idx - 1)
+        return entry | {tail[-1].kind} if tail else entry
+
+    result = reach(call.order, len(loops) - 1)
+    c.modes[key] = result
+    return result
+
+
+def _entry_modes(model: FileModel, scope: Scope, text: str, depth: int) -> frozenset[str]:
+    if scope.kind != "function" or depth >= _MAX_DEPTH:
+        return frozenset()
+    out: set[str] = set()
+    for site in model.callers_of(scope):
+        outer = map_out(model, site, scope, text)
+        if outer is not None:
+            out |= modes_at(model, site, outer, depth + 1)
+    return frozenset(out)
+
+
+def may_be_training(model: FileModel, call: Call, text: str) -> bool:
+    """Whether evidence says module ``text`` may be in training mode at
+    ``call`` (trained or ``.train()``-ed without ``.eval()`` in between)."""
+    return bool(modes_at(model, call, text) & TRAINING_KINDS)
+
+
+def _caller_names(model: FileModel, scope: Scope, text: str) -> set[str]:
+    """Caller-side names of a parameter-rooted ``text`` at same-file call sites."""
+    if text.split(".")[0] not in scope.params:
+        return set()
+    return {o for site in model.callers_of(scope) if (o := map_out(model, site, scope, text))}
+
+
+def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
+    """Whether ``text`` holds a module where ``call`` runs: a known module
+    name, or a parameter that same-file callers fill with a known module."""
+    if not text:
+        return False
+    if is_module(model, text):
+        return True
+    fn = model.enclosing_function(call.scope)
+    return fn is not None and any(is_module(model, o) for o in _caller_names(model, fn, text))
+
+
+def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
+    """:func:`mode_sensitive` for ``text`` where ``call`` runs, looking
+    through a parameter to the modules its same-file callers pass."""
+    fn = model.enclosing_function(call.scope)
+    outer = _caller_names(model, fn, text) if fn is not None else set()
+    has_ctor = any(a.kind in ("assign", "annassign") and a.binds(text) for a in model.assigns)
+    if outer and not has_ctor:
+        return any(mode_sensitive(model, o) for o in outer)
+    return mode_sensitive(model, text)
+
+
+def recalibrates_statistics(model: FileModel, call: Call) -> bool:
+    """Whether a module call under no_grad looks like a deliberate batch-norm
+    statistics pass (``torch.optim.swa_utils.update_bn`` written by hand):
+    its output is discarded, or its function resets running statistics."""
+    stmt = call.statement
+    if isinstance(stmt, cst.Expr) and stmt.value is call.node:
+        return True
+    fn = model.enclosing_function(call.scope) or model.module_scope
+    return any(c.method == "reset_running_stats" or c.method == "update_bn"
+               for c in model.calls_within(fn.order, fn.end))

@@ -1,0 +1,114 @@
+"""TGL201 no-grad-without-eval."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..analysis.model import FileModel, GradMode
+from ..analysis.modes import is_module_at, may_be_training, mode_sensitive_at, recalibrates_statistics
+from ..analysis.steps import foreign_framework_file
+from ..registry import Finding, Rule
+
+
+class NoGradWithoutEval(Rule):
+    """A module runs under ``no_grad``/``inference_mode`` while it may still
+    be in training mode.
+
+    Rests on: ``torch.nn.Module.eval`` / ``torch.nn.Module.train`` and the
+    autograd notes "no_grad vs eval": disabling grad mode does not switch
+    dropout or batch norm to inference behaviour.
+    """
+
+    code = "TGL201"
+    name = "no-grad-without-eval"
+    summary = "module evaluated under no_grad/inference_mode while it may be in training mode"
+    prefilter = (("no_grad", "inference_mode", "set_grad_enabled"),)
+    docs = """
+## What it does
+Checks for modules called inside `torch.no_grad()`, `torch.inference_mode()`
+or `torch.set_grad_enabled(False)` (blocks or decorated functions) while they
+may still be in training mode: the module was trained (it took part in a
+backward or an optimizer step) or `.train()`-ed earlier in the same function
+or loop — including later in an enclosing loop body, which runs before the
+next iteration — or, for an evaluation helper, a same-file caller trained it
+and did not call `.eval()` first.
+
+It stays silent when `model.eval()` or `model.train(False)` runs before the
+call (in the function, in every same-file caller, or inside the `no_grad`
+block), when the block calls no module (EMA updates, `p.copy_(...)`), inside
+`torch.enable_grad()`, when the module is defined in the same file without
+dropout or batch-norm layers, and for deliberate batch-norm statistics passes
+(the call's output is discarded, or the function calls `reset_running_stats()`,
+as a hand-written `torch.optim.swa_utils.update_bn` does).
+
+## Why is this bad?
+`no_grad` only stops autograd from recording the graph; it does not change the
+module's mode. A module in training mode keeps dropout active, so evaluation
+outputs are random and metrics are noisy, and its batch-norm layers normalise
+with the statistics of the evaluation batch and *overwrite their running mean
+and variance* with evaluation data — the model you save is no longer the one
+you trained.
+
+## Example
+```python
+for epoch in range(epochs):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    with torch.no_grad():
+        val_logits = model(x_val)
+```
+
+## Use instead
+```python
+for epoch in range(epochs):
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        val_logits = model(x_val)
+```
+
+## References
+- [torch.nn.Module.eval](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval)
+- [torch.nn.Module.train](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.train)
+- [torch.no_grad](https://pytorch.org/docs/stable/generated/torch.no_grad.html)
+- Autograd mechanics, "Locally disabling gradient computation" — no_grad vs eval:
+  <https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation>
+"""
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        if not model.regions and not any(s.decorator_region for s in model.scopes):
+            return
+        if foreign_framework_file(model):
+            return
+        reported: set[tuple[int, str]] = set()
+        for call in model.calls:
+            text = call.func_text
+            if not text or text in ("self", "cls"):
+                continue
+            if text.endswith(".forward"):
+                text = text[: -len(".forward")]
+            if model.grad_mode(call) is not GradMode.DISABLED:
+                continue
+            if not is_module_at(model, call, text):
+                continue
+            region = call.region or call.scope.decorator_region
+            key = (id(region) if region is not None else id(call.scope), text)
+            if key in reported:
+                continue
+            if not may_be_training(model, call, text) or not mode_sensitive_at(model, call, text):
+                continue
+            if recalibrates_statistics(model, call):
+                continue  # a hand-written update_bn pass: training mode on purpose
+            reported.add(key)
+            api = region.api if region is not None else "torch.no_grad"
+            yield Finding(call.node, (
+                f"`{text}` runs under `{api}` but may still be in training mode (trained or `.train()`-ed "
+                f"before, with no `.eval()` in between): dropout stays active and batch-norm running "
+                f"statistics are overwritten by evaluation data; call `{text}.eval()` before evaluating "
+                f"and `{text}.train()` after"))

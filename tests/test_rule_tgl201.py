@@ -1,0 +1,376 @@
+"""TGL201 no-grad-without-eval on short snippets the fixtures do not cover."""
+
+import textwrap
+
+from torchgradlint.engine import lint_source
+from torchgradlint.rules.no_grad_without_eval import NoGradWithoutEval
+
+HEADER = """
+import torch
+from torch import nn
+model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+
+def lines(src: str, header: bool = True) -> list[int]:
+    """Lines of the TGL201 findings in ``src`` (after the 5-line header)."""
+    text = (HEADER if header else "") + textwrap.dedent(src)
+    result = lint_source(text, "x.py", [NoGradWithoutEval])
+    offset = HEADER.count("\n") if header else 0
+    return [d.line - offset for d in result.diagnostics if d.code == "TGL201"]
+
+
+TRAIN_LOOP = """
+for x in loader:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_script_level_training_then_no_grad_is_flagged():
+    assert lines(TRAIN_LOOP + """
+with torch.no_grad():
+    out = model(x_val)
+""") == [8]
+
+
+def test_eval_inside_the_block_before_the_call_is_silent():
+    assert lines(TRAIN_LOOP + """
+with torch.no_grad():
+    model.eval()
+    out = model(x_val)
+""") == []
+
+
+def test_eval_before_training_means_deliberate_eval_mode_training():
+    assert lines("model.eval()\n" + TRAIN_LOOP + """
+with torch.no_grad():
+    out = model(x_val)
+""") == []
+
+
+def test_train_with_non_literal_flag_is_unknown():
+    assert lines(TRAIN_LOOP + """
+model.train(is_training)
+with torch.no_grad():
+    out = model(x_val)
+""") == []
+
+
+def test_hf_trainer_train_is_not_a_module_train():
+    assert lines("""
+trainer.train()
+with torch.no_grad():
+    out = model(x_val)
+""") == []
+
+
+def test_explicit_train_then_inference_mode_is_flagged():
+    assert lines("""
+model.train()
+with torch.inference_mode():
+    out = model(x_val)
+""") == [4]
+
+
+def test_set_grad_enabled_false_is_flagged_but_flag_variable_is_not():
+    assert lines(TRAIN_LOOP + """
+with torch.set_grad_enabled(False):
+    a = model(x_val)
+with torch.set_grad_enabled(phase == "train"):
+    b = model(x_val)
+""") == [8]
+
+
+def test_enable_grad_nested_in_no_grad_is_silent():
+    assert lines(TRAIN_LOOP + """
+with torch.no_grad():
+    with torch.enable_grad():
+        out = model(x_val)
+""") == []
+
+
+def test_block_without_module_call_is_silent():
+    assert lines(TRAIN_LOOP + """
+with torch.no_grad():
+    for p in model.parameters():
+        p.clamp_(-1, 1)
+    ema.copy_(model[0].weight)
+""") == []
+
+
+def test_one_finding_per_block_and_module():
+    assert lines(TRAIN_LOOP + """
+with torch.no_grad():
+    a = model(x1)
+    b = model(x2)
+""") == [8]
+
+
+def test_never_trained_teacher_is_silent():
+    assert lines("""
+teacher = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+for x in loader:
+    with torch.no_grad():
+        soft = teacher(x)
+    optimizer.zero_grad()
+    (model(x) - soft).pow(2).mean().backward()
+    optimizer.step()
+""") == []
+
+
+def test_same_loop_student_under_no_grad_is_flagged_by_wraparound():
+    assert lines("""
+for x in loader:
+    with torch.no_grad():
+        pseudo = model(x_unlabeled).argmax(1)
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+""") == [4]
+
+
+def test_eval_at_end_of_loop_body_reaches_next_iteration():
+    assert lines("""
+for epoch in range(3):
+    with torch.no_grad():
+        out = model(x_val)
+    model.train()
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    model.eval()
+""") == []
+
+
+def test_module_without_mode_dependent_layers_is_silent():
+    src = """
+import torch
+from torch import nn
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+    def forward(self, x):
+        return self.fc(x).relu()
+net = MLP()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for x in loader:
+    opt.zero_grad()
+    net(x).sum().backward()
+    opt.step()
+with torch.no_grad():
+    y = net(x_val)
+"""
+    assert lines(src, header=False) == []
+    # A base class outside the file may hold dropout or batch norm.
+    assert lines(src.replace("(nn.Module)", "(ExternalBackbone)"), header=False) == [17]
+    assert lines(src.replace("(nn.Module)", "(nn.Module, Mixin)"), header=False) == [17]
+    assert lines(src.replace("nn.Linear(4, 1)", "nn.Sequential(nn.Linear(4, 1), nn.Dropout())"),
+                 header=False) == [17]
+
+
+def test_undecorated_helper_called_under_no_grad_is_flagged_inside():
+    assert lines(TRAIN_LOOP + """
+def predict(net, data):
+    return net(data)
+
+with torch.no_grad():
+    out = predict(model, x_val)
+""") == [8]
+
+
+def test_helper_with_one_caller_in_eval_and_one_not_is_flagged():
+    assert lines("""
+@torch.no_grad()
+def evaluate(net, data):
+    return net(data)
+
+def fit():
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    model.eval()
+    evaluate(model, x_val)
+    model.train()
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    evaluate(net=model, data=x_val)
+""") == [4]
+
+
+def test_helper_whose_callers_all_eval_is_silent():
+    assert lines("""
+@torch.no_grad
+def evaluate(net, data):
+    return net(data)
+
+def set_eval(m):
+    m.eval()
+
+def fit():
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    set_eval(model)
+    evaluate(model, x_val)
+""") == []
+
+
+def test_helper_without_callers_is_silent():
+    assert lines("""
+@torch.no_grad()
+def evaluate(net, data):
+    return net(data)
+""") == []
+
+
+def test_self_eval_covers_submodules():
+    assert lines("""
+class Lit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    def fit(self, loader, opt):
+        for x in loader:
+            opt.zero_grad()
+            self.net(x).sum().backward()
+            opt.step()
+        self.eval()
+        with torch.no_grad():
+            return self.net(x_val)
+""") == []
+
+
+def test_self_attribute_trained_in_other_method_is_flagged():
+    assert lines("""
+class Runner:
+    def __init__(self):
+        self.net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+    def validate(self):
+        with torch.no_grad():
+            return self.net(x_val)
+    def fit(self):
+        for x in loader:
+            self.opt.zero_grad()
+            self.net(x).sum().backward()
+            self.opt.step()
+        self.validate()
+""") == [8]
+
+
+def test_aliases_and_from_import():
+    assert lines("""
+import torch as T
+from torch import no_grad
+model.train()
+with no_grad():
+    a = model(x)
+with T.inference_mode():
+    b = model(x)
+""") == [6, 8]
+
+
+def test_training_helper_effect_reaches_caller():
+    assert lines("""
+def train_one_epoch(net, loader):
+    net.train()
+    for x in loader:
+        optimizer.zero_grad()
+        net(x).sum().backward()
+        optimizer.step()
+
+def run():
+    for epoch in range(3):
+        train_one_epoch(model, loader)
+        with torch.no_grad():
+            val = model(x_val)
+""") == [13]
+
+
+def test_validation_helper_that_restores_train_mode_then_no_grad_is_flagged():
+    assert lines("""
+def validate(net):
+    net.eval()
+    with torch.no_grad():
+        r = net(x_val)
+    net.train()
+    return r
+
+validate(model)
+with torch.no_grad():
+    again = model(x_val)
+""") == [11]
+
+
+def test_prefilter_keeps_every_grad_mode_spelling():
+    for token in ("no_grad", "inference_mode", "set_grad_enabled"):
+        assert NoGradWithoutEval.may_fire(f"with torch.{token}(): pass")
+    assert not NoGradWithoutEval.may_fire("model.train()\nmodel(x)")
+
+
+def test_self_train_in_a_non_module_class_is_no_evidence():
+    assert lines("""
+class MyTrainer(ExternalTrainer):
+    def run(self):
+        self.train()
+        with torch.no_grad():
+            return self.model(x_val)
+""") == []
+
+
+def test_self_train_in_a_module_class_is_evidence():
+    assert lines("""
+class Lit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    def run(self):
+        self.train()
+        with torch.no_grad():
+            return self.net(x_val)
+""") == [9]
+
+
+def test_other_framework_file_is_skipped():
+    assert lines("""
+import tensorflow as tf
+for x in loader:
+    loss = model(x)
+    loss.backward()
+    optimizer.step()
+with torch.no_grad():
+    out = model(x_val)
+""", header=False) == []
+
+
+def test_loss_module_under_no_grad_is_not_a_model():
+    assert lines(TRAIN_LOOP + """
+criterion = nn.CrossEntropyLoss()
+with torch.no_grad():
+    val = criterion(logits, y)
+""") == []
+
+
+def test_hand_written_update_bn_pass_is_silent():
+    assert lines(TRAIN_LOOP + """
+model.train()
+with torch.no_grad():
+    for x in loader:
+        model(x)
+""") == []
+    assert lines(TRAIN_LOOP + """
+for m in model.modules():
+    m.reset_running_stats()
+with torch.no_grad():
+    for x in loader:
+        _ = model(x)
+""") == []
