@@ -46,7 +46,8 @@ UNKNOWN = "unknown"
 TRAINING_KINDS = frozenset({TRAIN, TRAINED})
 
 _MAX_DEPTH = 3
-_MODULE_METHODS = frozenset({"parameters", "named_parameters", "eval"})
+_MODULE_METHODS = frozenset({"parameters", "named_parameters", "eval", "modules", "named_modules", "buffers",
+                             "named_buffers"})
 _WRAPPERS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
                        "requires_grad_", "share_memory"})
 _MODULE_BASES = frozenset({"torch.nn.Module", "pytorch_lightning.LightningModule", "lightning.LightningModule",
@@ -103,8 +104,8 @@ def _cache(model: FileModel) -> _Cache:
 
 # -- which names are modules ---------------------------------------------------------
 def module_classes(model: FileModel) -> frozenset[str]:
-    """Same-file classes deriving (transitively) from ``nn.Module`` or a
-    Lightning module."""
+    """Same-file classes deriving (transitively) from ``nn.Module`` (or any
+    ``torch.nn`` class, e.g. ``nn.Sequential``) or a Lightning module."""
     c = _cache(model)
     if c.classes is None:
         found: set[str] = set()
@@ -114,6 +115,7 @@ def module_classes(model: FileModel) -> frozenset[str]:
             for name, info in model.classes.items():
                 if name not in found and any(
                     b in _MODULE_BASES or b.split(".")[-1] in found or b.endswith("LightningModule")
+                    or (b.startswith("torch.nn.") and b.rsplit(".", 1)[-1][:1].isupper())
                     for b in info.bases
                 ):
                     found.add(name)
@@ -130,7 +132,7 @@ def unwrap(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
     return node
 
 
-def _ctor_kind(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
+def constructor_kind(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
     """``"nn"`` for ``nn.X(...)``, ``"class"`` for a same-file module class,
     ``"zoo"`` for model-zoo factories, else ``None``."""
     node = unwrap(node)
@@ -160,7 +162,7 @@ def module_names(model: FileModel) -> frozenset[str]:
     if c.modules is None:
         found: set[str] = set()
         for a in model.assigns:
-            if a.kind in ("assign", "annassign") and not a.unpacked and _ctor_kind(model, a.value):
+            if a.kind in ("assign", "annassign") and not a.unpacked and constructor_kind(model, a.value):
                 found.update(t.text for t in a.targets if t.text)
         for call in model.calls:
             if call.method in _MODULE_METHODS and call.receiver_text and not call.node.args:

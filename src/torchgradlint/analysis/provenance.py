@@ -40,6 +40,7 @@ from typing import Optional
 
 import libcst as cst
 
+from . import modes
 from .model import Assign, FileModel, GradMode, Region, Scope, _Located, names_in
 from .names import dotted_name
 from .steps import backward_call
@@ -123,10 +124,6 @@ _MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
     r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
 _LOSS_NAME = re.compile(r"^(criterion|loss_fn|loss_func|loss_function|lossfn)(_\w+)?$|^\w+_(criterion|loss_fn)$")
-_MODULE_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "buffers"})
-_MODULE_WRAPPERS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "requires_grad_"})
-_MODULE_BASES = frozenset({"torch.nn.Module", "nn.Module", "Module", "pytorch_lightning.LightningModule",
-                           "lightning.LightningModule", "lightning.pytorch.LightningModule", "LightningModule"})
 _MAX_DEPTH = 12
 
 
@@ -135,7 +132,6 @@ class _Cache:
     modules: Optional[frozenset[str]] = None
     losses: Optional[dict[str, Assign]] = None
     loss_classes: Optional[frozenset[str]] = None
-    module_classes: Optional[frozenset[str]] = None
     memo: dict = field(default_factory=dict)
 
 
@@ -150,71 +146,30 @@ def _cache(model: FileModel) -> _Cache:
 
 
 # -- modules and losses -----------------------------------------------------------
-def _unwrap_module_expr(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
-    """``Net().to(device).train()`` -> ``Net()``."""
-    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-           and node.func.attr.value in _MODULE_WRAPPERS):
-        node = node.func.value
-    return node
-
-
-def _module_classes(model: FileModel) -> frozenset[str]:
-    """Same-file classes deriving (transitively) from ``nn.Module``."""
-    c = _cache(model)
-    if c.module_classes is None:
-        found: set[str] = set()
-        changed = True
-        while changed:
-            changed = False
-            for name, info in model.classes.items():
-                if name in found:
-                    continue
-                if any(b in _MODULE_BASES or b.split(".")[-1] in found or b.startswith("torch.nn.")
-                       for b in info.bases):
-                    found.add(name)
-                    changed = True
-        c.module_classes = frozenset(found)
-    return c.module_classes
-
-
 def _is_loss_class(model: FileModel, qn: Optional[str]) -> bool:
     if not qn:
         return False
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn.") and last.endswith("Loss"):
         return True
-    return last in _module_classes(model) and last.endswith("Loss")
+    return last in modes.module_classes(model) and last.endswith("Loss")
 
 
 def _is_module_ctor(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
-    node = _unwrap_module_expr(node)
-    if not isinstance(node, cst.Call):
-        return False
-    qn = model.qualname(node.func) or ""
-    last = qn.rsplit(".", 1)[-1]
-    if qn.startswith("torch.nn.") and last[:1].isupper() and last not in ("Parameter", "ParameterList",
-                                                                            "ParameterDict"):
+    """A module constructor (:func:`.modes.constructor_kind`) or a loss-module constructor."""
+    if modes.constructor_kind(model, node) is not None:
         return True
-    if qn.startswith("torchvision.models."):
-        return True
-    return "." not in qn and last in _module_classes(model)
+    inner = modes.unwrap(node)
+    return isinstance(inner, cst.Call) and _is_loss_class(model, model.qualname(inner.func))
 
 
 def module_names(model: FileModel) -> frozenset[str]:
-    """Dotted names (``model``, ``self.encoder``) known to hold ``nn.Module``
-    instances in this file: bound to an ``nn.X(...)`` / same-file module class
-    constructor (through ``.to()``/``.cuda()``/``.train()``), or receivers of
-    ``.parameters()``-like calls. Loss modules are included."""
+    """Dotted names known to hold ``nn.Module`` instances
+    (:func:`.modes.module_names`), plus names bound to loss modules
+    (``criterion = nn.CrossEntropyLoss()``)."""
     c = _cache(model)
     if c.modules is None:
-        found: set[str] = set()
-        for a in model.assigns:
-            if a.kind in ("assign", "annassign") and not a.unpacked and _is_module_ctor(model, a.value):
-                found.update(t.text for t in a.targets if t.text)
-        for call in model.calls:
-            if call.method in _MODULE_METHODS and call.receiver_text and not call.node.args:
-                found.add(call.receiver_text)
-        c.modules = frozenset(found)
+        c.modules = modes.module_names(model) | frozenset(loss_names(model))
     return c.modules
 
 
@@ -226,7 +181,7 @@ def loss_names(model: FileModel) -> dict[str, Assign]:
         found: dict[str, Assign] = {}
         for a in model.assigns:
             if a.kind in ("assign", "annassign") and not a.unpacked and isinstance(a.value, cst.Call):
-                inner = _unwrap_module_expr(a.value)
+                inner = modes.unwrap(a.value)
                 if isinstance(inner, cst.Call) and _is_loss_class(model, model.qualname(inner.func)):
                     for t in a.targets:
                         if t.text:
@@ -266,7 +221,7 @@ def _parameter_free_loss(model: FileModel, node: cst.Call) -> bool:
     if (model.names.qualify(text) or "").startswith("torch.nn.functional."):
         return True
     binding = loss_names(model).get(text)
-    inner = _unwrap_module_expr(binding.value) if binding is not None else None
+    inner = modes.unwrap(binding.value) if binding is not None else None
     return isinstance(inner, cst.Call) and (model.qualname(inner.func) or "").startswith("torch.nn.")
 
 
@@ -313,7 +268,7 @@ def is_scalar_loss(model: FileModel, expr: cst.BaseExpression, at: _Located, _de
             text = dotted_name(expr.func)
             binding = loss_names(model).get(text or "")
             if binding is not None:
-                inner = _unwrap_module_expr(binding.value)
+                inner = modes.unwrap(binding.value)
                 if isinstance(inner, cst.Call):
                     for a in inner.args:
                         if a.keyword is not None and a.keyword.value == "reduction" and not _reduction_scalar(a.value):
