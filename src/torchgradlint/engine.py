@@ -138,7 +138,11 @@ def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noq
 
 
 def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
-    """Read and lint one file. Unreadable files give one ``TGL000`` diagnostic."""
+    """Read and lint one file: a Python file, or a Jupyter notebook (by its
+    ``.ipynb`` suffix, see :mod:`torchgradlint.notebook`). Unreadable files
+    give one ``TGL000`` diagnostic."""
+    from .notebook import is_notebook, lint_notebook_bytes
+
     shown = display or path
     try:
         with open(path, "rb") as fh:
@@ -146,4 +150,6 @@ def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] 
     except OSError as exc:
         return LintResult([Diagnostic(PARSE_ERROR_CODE, f"file could not be read: {exc.strerror or exc}",
                                       shown, 1, 1, 1, 1)], False)
+    if is_notebook(path):
+        return lint_notebook_bytes(data, shown, rules)
     return lint_bytes(data, shown, rules)

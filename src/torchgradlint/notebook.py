@@ -167,18 +167,6 @@ def lint_notebook_bytes(data: bytes, path: str, rules: Sequence[type[Rule]]) -> 
     return lint_notebook_text(text, path, rules)
 
 
-def lint_notebook(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
-    """Read and lint one notebook file. Unreadable files give one ``TGL000``."""
-    shown = display or path
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        return LintResult([Diagnostic(PARSE_ERROR_CODE, f"file could not be read: {exc.strerror or exc}",
-                                      shown, 1, 1, 1, 1)], False)
-    return lint_notebook_bytes(data, shown, rules)
-
-
 def _string_tokens(raw: str, start: int) -> Optional[tuple[int, int]]:
     """Span ``(begin, end)`` of the JSON string starting at ``raw[start] == '"'``."""
     i = start + 1

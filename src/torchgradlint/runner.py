@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
 from .diagnostics import Diagnostic
-from .engine import LintResult, lint_file
+from .engine import lint_file
 from .registry import Rule, get_rule
 
 # Below this many files the pool's start-up costs more than it saves.
@@ -34,20 +34,11 @@ def order_key(d: Diagnostic) -> tuple[str, int, int, int, str]:
     return (d.path, d.cell or 0, d.line, d.col, d.code)
 
 
-def lint_any(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
-    """Lint one file, a Python file or a Jupyter notebook (by suffix)."""
-    from .notebook import is_notebook, lint_notebook
-
-    if is_notebook(path):
-        return lint_notebook(path, rules, display=display)
-    return lint_file(path, rules, display=display)
-
-
 def _lint_one(args: tuple[str, tuple[str, ...]]) -> tuple[list[Diagnostic], bool, Optional[str]]:
     path, codes = args
     rules = [get_rule(c) for c in codes]
     try:
-        result = lint_any(path, rules)
+        result = lint_file(path, rules)
     except Exception:  # a bug in a rule: report it for this file, keep going
         return [], False, f"{path}: internal error while linting (please report):\n{traceback.format_exc()}"
     return result.diagnostics, result.parsed, None

@@ -224,6 +224,13 @@ class FileModel:
         self._by_scope: dict[int, tuple[list[Call], list[Assign]]] = {}
         self.memo: dict[object, object] = {}  # per-file cache for analysis queries
 
+    def cached(self, key: object, factory):
+        """Per-file cache for analysis modules: ``factory()`` once per ``key``."""
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = factory()
+        return value
+
     def _index(self) -> None:
         """Order indexes for range queries (facts are appended in pre-order)."""
         self._call_orders = [c.order for c in self.calls]

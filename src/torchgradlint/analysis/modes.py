@@ -29,7 +29,6 @@ An empty answer means no evidence: rules stay silent.
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -92,14 +91,8 @@ class _Cache:
     forwards: dict = field(default_factory=dict)
 
 
-_CACHES: "weakref.WeakKeyDictionary[FileModel, _Cache]" = weakref.WeakKeyDictionary()
-
-
 def _cache(model: FileModel) -> _Cache:
-    c = _CACHES.get(model)
-    if c is None:
-        c = _CACHES[model] = _Cache()
-    return c
+    return model.cached(_Cache, _Cache)
 
 
 # -- which names are modules ---------------------------------------------------------

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import enum
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -135,14 +134,8 @@ class _Cache:
     memo: dict = field(default_factory=dict)
 
 
-_CACHES: "weakref.WeakKeyDictionary[FileModel, _Cache]" = weakref.WeakKeyDictionary()
-
-
 def _cache(model: FileModel) -> _Cache:
-    c = _CACHES.get(model)
-    if c is None:
-        c = _CACHES[model] = _Cache()
-    return c
+    return model.cached(_Cache, _Cache)
 
 
 # -- modules and losses -----------------------------------------------------------
