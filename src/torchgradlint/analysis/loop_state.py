@@ -34,6 +34,7 @@ import libcst as cst
 
 from .model import Assign, Call, FileModel, GradMode, Loop, Scope, _Located, is_literal
 from .names import dotted_name
+from .tree import iter_children
 
 DATA, LEAF, OBJECT = "data", "leaf", "object"
 # Keyword arguments that never carry a graph into a call's result.
@@ -260,7 +261,7 @@ class IterationAnalysis:
         if isinstance(value, (cst.Tuple, cst.List, cst.Set)):
             return _join([self._kind(e.value, at, depth + 1) for e in value.elements])
         if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison, cst.BooleanOperation)):
-            parts = [self._kind(c, at, depth + 1) for c in value.children if isinstance(c, cst.BaseExpression)]
+            parts = [self._kind(c, at, depth + 1) for c in iter_children(value) if isinstance(c, cst.BaseExpression)]
             return DATA if parts and all(k == DATA for k in parts) else None
         if isinstance(value, cst.Subscript):
             return DATA if self._kind(value.value, at, depth + 1) == DATA else None
@@ -376,7 +377,7 @@ class IterationAnalysis:
                 comp.update(n.value for n in _names(f.target))
         elif isinstance(node, cst.Lambda):
             return
-        for child in node.children:
+        for child in iter_children(node):
             self._collect(child, scope, out, comp)
 
     def _collect_call(self, node: cst.Call, scope: Scope, out: _Reads, comp: set[str]) -> None:
@@ -452,7 +453,7 @@ def _names(node: cst.CSTNode) -> list[cst.Name]:
     if isinstance(node, cst.Name):
         return [node]
     out: list[cst.Name] = []
-    for child in node.children:
+    for child in iter_children(node):
         out += _names(child)
     return out
 

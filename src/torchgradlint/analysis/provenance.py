@@ -41,6 +41,7 @@ import libcst as cst
 
 from . import modes
 from .model import Assign, FileModel, GradMode, Region, Scope, _Located, names_in
+from .tree import iter_children
 from .names import dotted_name
 from .steps import backward_call
 
@@ -623,7 +624,7 @@ def _returned(scope: Scope) -> set[str]:
         if isinstance(n, (cst.Return, cst.Yield)) and n.value is not None:
             out |= names_in(n.value)
             continue
-        stack.extend(n.children)
+        stack.extend(iter_children(n))
     return out
 
 
