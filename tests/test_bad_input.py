@@ -87,3 +87,18 @@ def test_unknown_selector_is_a_usage_error(tmp_path):
 def test_unknown_rule_to_explain(tmp_path):
     out = run("rule", "TGL999")
     assert out.returncode == 2 and "no rule" in out.stderr
+
+
+def test_explicit_directory_inside_a_gitignored_folder_is_linted(tmp_path):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / ".gitignore").write_text(".cache/\ngenerated_*.py\n")
+    inner = tmp_path / ".cache" / "pkg"
+    inner.mkdir(parents=True)
+    (inner / "train.py").write_text(BAD_LOOP)
+    (inner / "generated_model.py").write_text(BAD_LOOP)
+    out = run("check", str(inner))
+    assert out.returncode == 1, out.stderr
+    assert "train.py" in out.stdout
+    assert "generated_model.py" not in out.stdout  # rules below the named directory still apply
+    walked = run("check", str(tmp_path))
+    assert ".cache" not in walked.stdout  # walking from above still skips the ignored folder

@@ -50,7 +50,13 @@ def _load_spec(directory: Path) -> Optional[pathspec.PathSpec]:
 
 def _ancestor_specs(directory: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     """``.gitignore`` files from the enclosing git work tree's root down to
-    ``directory``'s parent (those that apply to files below ``directory``)."""
+    ``directory``'s parent (those that apply to files below ``directory``).
+
+    The user named ``directory`` explicitly, so it is linted even when an
+    ancestor ``.gitignore`` ignores it (as ruff and ripgrep do); such a
+    ``.gitignore`` is matched relative to ``directory`` instead, so its
+    unanchored patterns (``*.pyc``, ``generated_*.py``) still apply below.
+    """
     specs: list[tuple[Path, pathspec.PathSpec]] = []
     d = directory.resolve().parent
     chain = []
@@ -64,7 +70,9 @@ def _ancestor_specs(directory: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     for anc in reversed(chain):
         spec = _load_spec(anc)
         if spec is not None:
-            specs.append((anc, spec))
+            # A spec that ignores the named directory itself is re-rooted there:
+            # the directory is linted, its unanchored patterns still apply below it.
+            specs.append((directory if _ignored(directory, True, [(anc, spec)]) else anc, spec))
     return specs
 
 
