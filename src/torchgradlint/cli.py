@@ -19,10 +19,8 @@ from typing import Callable, Optional, Sequence
 from . import __version__
 from .config import ConfigError, RuleLayer, Settings
 from .diagnostics import PARSE_ERROR_CODE
-from .engine import lint_bytes
 from .files import discover
-from .notebook import is_notebook, lint_notebook_bytes
-from .output import FORMATS, NEEDS_SOURCES, RenderContext
+from .output import FORMAT_NAMES, NEEDS_SOURCES, RenderContext, renderer
 from .registry import SelectionError, all_rules, get_rule, select_rules
 from .runner import RunResult, default_jobs, lint_paths, order_key
 
@@ -44,7 +42,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    help="rules to enable on top of the selection")
     p.add_argument("--ignore", type=_csv, action="append", default=[], metavar="CODES",
                    help="rules to disable")
-    p.add_argument("--output-format", choices=sorted(FORMATS), default="concise")
+    p.add_argument("--output-format", choices=sorted(FORMAT_NAMES), default="concise")
     p.add_argument("--statistics", action="store_true", help="print counts per rule instead of findings")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     p.add_argument("--stdin-filename", metavar="PATH",
@@ -57,6 +55,10 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                    help=f"worker processes (default: usable cores, here {default_jobs()})")
     p.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the content-hash cache (.torchgradlint_cache)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="cache folder (default: $TORCHGRADLINT_CACHE_DIR or ./.torchgradlint_cache)")
     p.add_argument("--fix", action="store_true", help="apply safe fixes in place, then report what remains")
     p.add_argument("--diff", action="store_true",
                    help="print the fixes as a unified diff instead of applying them (exit 1 if any)")
@@ -167,11 +169,10 @@ def _check(args: argparse.Namespace) -> int:
     select = _flatten(args.select)
     ignore = _flatten(args.ignore) or []
     extend = _flatten(args.extend_select) or []
-    try:
-        select_rules(select, ignore, extend)  # validates the command line's selectors
-    except SelectionError as exc:
-        print(f"torchgradlint: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+
+    def validate_selectors() -> None:
+        select_rules(select, ignore, extend)  # raises SelectionError for an unknown selector
+
     if args.jobs is not None and args.jobs < 1:
         print("torchgradlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
@@ -181,10 +182,13 @@ def _check(args: argparse.Namespace) -> int:
     path_errors = False
     try:
         if args.paths == ["-"]:
+            from .engine import lint_data
+
+            validate_selectors()
             data = sys.stdin.buffer.read()
             name = args.stdin_filename or "-"
             rules = [get_rule(c) for c in settings.codes_for(args.stdin_filename or os.path.join(os.getcwd(), "-"))]
-            result = (lint_notebook_bytes if is_notebook(name) else lint_bytes)(data, name, rules)
+            result = lint_data(data, name, rules)
             run = RunResult(diagnostics=sorted(result.diagnostics, key=order_key), files=1,
                             parsed=int(result.parsed))
             ctx.sources[name] = data.decode("utf-8", errors="replace")
@@ -201,11 +205,18 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"torchgradlint: warning: {warning}", file=sys.stderr)
             path_errors = bool(found.errors)
             with _Progress(len(found.files), show_progress(len(found.files), args.quiet)) as advance:
-                run = lint_paths(found.files, [], jobs=args.jobs, codes_for=settings.codes_for, progress=advance)
+                cache = None
+                if not (args.no_cache or args.fix or args.diff):
+                    from .cache import Cache
+
+                    cache = Cache(args.cache_dir) if args.cache_dir else Cache.default()
+                run = lint_paths(found.files, [], jobs=args.jobs, codes_for=settings.codes_for, progress=advance,
+                                 cache=cache, selection_for=settings.selection_key,
+                                 before_linting=validate_selectors)
             ctx.paths = list(found.files)
             if args.output_format in NEEDS_SOURCES:
                 _read_sources(ctx, {d.path for d in run.diagnostics})
-    except ConfigError as exc:
+    except (ConfigError, SelectionError) as exc:
         print(f"torchgradlint: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.fix or args.diff:
@@ -221,7 +232,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.statistics:
         _print_statistics(run)
     else:
-        sys.stdout.write(FORMATS[args.output_format](run.diagnostics, ctx))
+        sys.stdout.write(renderer(args.output_format)(run.diagnostics, ctx))
     if not args.quiet and args.output_format in ("concise", "full") and not args.statistics:
         n = len(run.diagnostics)
         summary = f"Found {n} finding{'s' if n != 1 else ''} in {run.files} file{'s' if run.files != 1 else ''}."

@@ -32,16 +32,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-import pathspec
-
 from .registry import Rule, SelectionError, all_rules, select_rules
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.9/3.10 only
-    import tomli as tomllib
-
 TABLE = "tool.torchgradlint"
+
+
+def _tomllib():
+    """tomllib (3.11+) or tomli, imported when a pyproject.toml is read."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.9/3.10 only
+        import tomli as tomllib
+    return tomllib
 
 # Folder and file names skipped while walking directories unless the config's
 # ``exclude`` replaces this list. Hidden entries (".*") are always skipped.
@@ -106,6 +108,8 @@ class Config:
     extend_exclude: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        import pathspec
+
         self._pfi = [(pathspec.GitIgnoreSpec.from_lines([g]), codes) for g, codes in self.per_file_ignores]
         pats = list(DEFAULT_EXCLUDE if self.exclude is None else self.exclude) + list(self.extend_exclude)
         self._excluded = pathspec.GitIgnoreSpec.from_lines(pats)
@@ -216,8 +220,8 @@ def load_pyproject(path: str) -> Optional[Config]:
     source = Path(path)
     try:
         with open(source, "rb") as fh:
-            doc = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
+            doc = _tomllib().load(fh)
+    except _tomllib().TOMLDecodeError as exc:
         raise ConfigError(f"{source}: invalid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}") from None
@@ -249,14 +253,23 @@ def find_config(path: "str | os.PathLike[str]", *, is_dir: bool = False) -> Opti
     Raises:
         ConfigError: a ``pyproject.toml`` on the way up is malformed.
     """
-    p = Path(os.path.abspath(path))
-    return _find_for_dir(str(p if is_dir else p.parent))
+    text = os.fspath(path)
+    directory = text if is_dir else (os.path.dirname(text) or ".")
+    found = _DIR_MEMO.get(directory, _MISSING)
+    if found is _MISSING:
+        found = _DIR_MEMO[directory] = _find_for_dir(os.path.abspath(directory))
+    return found  # type: ignore[return-value]
+
+
+_MISSING = object()
+_DIR_MEMO: dict[str, object] = {}  # the folder as given -> its config (or None)
 
 
 def clear_cache() -> None:
     """Forget every loaded config (for long-lived processes and tests)."""
     load_pyproject.cache_clear()
     _find_for_dir.cache_clear()
+    _DIR_MEMO.clear()
 
 
 def _matching(selectors: Sequence[str]) -> set[type[Rule]]:
@@ -297,6 +310,19 @@ class Settings:
             ConfigError: a malformed ``pyproject.toml``.
         """
         return None if self.isolated else find_config(path, is_dir=is_dir)
+
+    def selection_key(self, path: "str | os.PathLike[str]") -> str:
+        """A text that determines which rules apply to ``path`` without
+        resolving them (no rule module is imported): the config file's rule
+        layer, the command line's layer and the file's per-file-ignores.
+
+        Raises:
+            ConfigError: a malformed ``pyproject.toml``.
+        """
+        cfg = self.config_for(path)
+        pfi = tuple(cfg.ignored_selectors(Path(path))) if cfg is not None else ()
+        layers = ([cfg.rules] if cfg is not None else []) + [self.cli]
+        return repr(([(l.select, l.extend_select, l.ignore) for l in layers], pfi))
 
     def codes_for(self, path: "str | os.PathLike[str]") -> tuple[str, ...]:
         """Codes of the rules enabled for the file ``path``.

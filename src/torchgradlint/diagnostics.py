@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,21 @@ class Diagnostic:
 
 
 PARSE_ERROR_CODE = "TGL000"
+
+
+@dataclass
+class LintResult:
+    """Diagnostics of one file plus whether the parser ran on it."""
+
+    diagnostics: list[Diagnostic]
+    parsed: bool
+
+
+def read_file(path: str, display: Optional[str] = None) -> Union[bytes, LintResult]:
+    """The bytes of ``path``, or a one-``TGL000`` result when it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        return LintResult([Diagnostic(PARSE_ERROR_CODE, f"file could not be read: {exc.strerror or exc}",
+                                      display or path, 1, 1, 1, 1)], False)

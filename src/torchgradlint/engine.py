@@ -8,14 +8,13 @@ import ast
 import contextlib
 import io
 import tokenize
-from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .analysis import build_model
-from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file
 from .noqa import NoqaFilter
 from .registry import Rule
 
@@ -57,14 +56,6 @@ def parse_module(source: str) -> cst.Module:
 
 # A file that mentions none of these cannot hold a finding of any rule.
 TORCH_HINTS = ("torch", "backward")
-
-
-@dataclass
-class LintResult:
-    """Diagnostics of one file plus whether the parser ran on it."""
-
-    diagnostics: list[Diagnostic]
-    parsed: bool
 
 
 def decode_source(data: bytes) -> str:
@@ -174,19 +165,20 @@ def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noq
     return lint_source(source, path, rules, apply_noqa=apply_noqa)
 
 
-def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
-    """Read and lint one file: a Python file, or a Jupyter notebook (by its
-    ``.ipynb`` suffix, see :mod:`torchgradlint.notebook`). Unreadable files
-    give one ``TGL000`` diagnostic."""
+def lint_data(data: bytes, path: str, rules: Sequence[type[Rule]]) -> LintResult:
+    """Lint one file's bytes: a Jupyter notebook when ``path`` ends in
+    ``.ipynb`` (see :mod:`torchgradlint.notebook`), else Python source."""
     from .notebook import is_notebook, lint_notebook_bytes
 
-    shown = display or path
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        return LintResult([Diagnostic(PARSE_ERROR_CODE, f"file could not be read: {exc.strerror or exc}",
-                                      shown, 1, 1, 1, 1)], False)
     if is_notebook(path):
-        return lint_notebook_bytes(data, shown, rules)
-    return lint_bytes(data, shown, rules)
+        return lint_notebook_bytes(data, path, rules)
+    return lint_bytes(data, path, rules)
+
+
+def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
+    """Read and lint one file (Python or notebook). Unreadable files give one
+    ``TGL000`` diagnostic."""
+    data = read_file(path, display)
+    if isinstance(data, LintResult):
+        return data
+    return lint_data(data, display or path, rules)

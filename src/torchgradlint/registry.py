@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator, Optional, Sequence
 
-import libcst as cst
-
 if TYPE_CHECKING:  # pragma: no cover
+    import libcst as cst
+
     from .analysis.model import FileModel
 
 DOCS_URL = "https://github.com/torchgradlint/torchgradlint/blob/main/docs/rules/{code}.md"

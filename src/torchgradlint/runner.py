@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import traceback
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
-from .diagnostics import Diagnostic
-from .engine import lint_file
+from .diagnostics import Diagnostic, read_file
 from .registry import Rule, get_rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import Cache
 
 # Below this many files the pool's start-up costs more than it saves.
 POOL_THRESHOLD = 16
@@ -34,11 +35,15 @@ def order_key(d: Diagnostic) -> tuple[str, int, int, int, str]:
     return (d.path, d.cell or 0, d.line, d.col, d.code)
 
 
-def _lint_one(args: tuple[str, tuple[str, ...]]) -> tuple[list[Diagnostic], bool, Optional[str]]:
-    path, codes = args
+def _lint_one(args: tuple) -> tuple[list[Diagnostic], bool, Optional[str]]:
+    """Worker: ``(path, codes[, data])`` -> ``(diagnostics, parsed, internal error)``."""
+    from .engine import lint_data, lint_file
+
+    path, codes = args[0], args[1]
+    data = args[2] if len(args) > 2 else None
     rules = [get_rule(c) for c in codes]
     try:
-        result = lint_file(path, rules)
+        result = lint_file(path, rules) if data is None else lint_data(data, path, rules)
     except Exception:  # a bug in a rule: report it for this file, keep going
         return [], False, f"{path}: internal error while linting (please report):\n{traceback.format_exc()}"
     return result.diagnostics, result.parsed, None
@@ -52,16 +57,6 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _by_size(files: Sequence[str]) -> list[str]:
-    """Largest files first, so the pool does not end waiting on one big file."""
-    def size(p: str) -> int:
-        try:
-            return os.path.getsize(p)
-        except OSError:
-            return 0
-    return sorted(files, key=size, reverse=True)
-
-
 def lint_paths(
     files: Sequence[str],
     rules: Sequence[type[Rule]],
@@ -69,6 +64,9 @@ def lint_paths(
     *,
     codes_for: Optional[Callable[[str], Sequence[str]]] = None,
     progress: Optional[Callable[[], None]] = None,
+    cache: "Optional[Cache]" = None,
+    selection_for: Optional[Callable[[str], str]] = None,
+    before_linting: Optional[Callable[[], None]] = None,
 ) -> RunResult:
     """Lint ``files``; ``jobs`` worker processes (default: cores).
 
@@ -79,28 +77,76 @@ def lint_paths(
         codes_for: per-file rule codes (config-aware); overrides ``rules``.
             Called in this process, so it may raise (e.g. a config error).
         progress: called once per finished file (for a progress bar).
+        cache: content-hash cache; files whose entry exists are not linted.
+        selection_for: per-file text that determines the rule selection
+            (part of the cache key; default: the rule codes).
+        before_linting: called once before linting, unless the cache answers
+            the whole run (entries exist only for valid settings); may raise
+            (e.g. to validate selectors).
     """
     codes = tuple(r.code for r in rules)
-    jobs = jobs or default_jobs()
-    work = [(f, tuple(codes_for(f)) if codes_for is not None else codes) for f in _by_size(files)]
     out = RunResult(files=len(files))
+    pending: list[tuple[str, Optional[bytes], Optional[str]]] = []
+    hits = 0
+    for f in files:
+        if cache is None:
+            pending.append((f, None, None))
+            continue
+        data = read_file(f)
+        if not isinstance(data, bytes):
+            out.diagnostics.extend(data.diagnostics)
+            _tick(progress)
+            continue
+        selection = selection_for(f) if selection_for is not None else ",".join(codes)
+        key = cache.key(data, f, selection)
+        hit = cache.get(key, f)
+        if hit is not None:
+            out.diagnostics.extend(hit[0])
+            out.parsed += hit[1]
+            hits += 1
+            _tick(progress)
+        else:
+            pending.append((f, data, key))
+    if before_linting is not None and (pending or not hits):
+        before_linting()
+    by_size = sorted(pending, key=lambda p: -_size(p[0], p[1]))
+    work = [(f, tuple(codes_for(f)) if codes_for is not None else codes) + ((data,) if data is not None else ())
+            for f, data, _ in by_size]
+    jobs = jobs or default_jobs()
     results: Iterable
     pool = None
     if jobs > 1 and len(work) >= POOL_THRESHOLD:
+        from concurrent.futures import ProcessPoolExecutor
+
         pool = ProcessPoolExecutor(max_workers=jobs)
         results = pool.map(_lint_one, work, chunksize=max(1, min(8, len(work) // (jobs * 8))))
     else:
         results = map(_lint_one, work)
     try:
-        for diags, parsed, err in results:
+        for (f, _, key), (diags, parsed, err) in zip(by_size, results):
             out.diagnostics.extend(diags)
             out.parsed += parsed
             if err:
                 out.internal_errors.append(err)
-            if progress is not None:
-                progress()
+            elif cache is not None and key is not None:
+                cache.put(key, diags, parsed)
+            _tick(progress)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     out.diagnostics.sort(key=order_key)
     return out
+
+
+def _tick(progress: Optional[Callable[[], None]]) -> None:
+    if progress is not None:
+        progress()
+
+
+def _size(path: str, data: Optional[bytes]) -> int:
+    if data is not None:
+        return len(data)
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -1,6 +1,6 @@
 """Output formats. Each module renders a sorted list of diagnostics to text.
 
-``FORMATS`` maps a ``--output-format`` name to ``render(diagnostics, ctx)``:
+:func:`renderer` gives the ``render(diagnostics, ctx)`` of a ``--output-format`` name:
 ``concise`` (default), ``full`` (source excerpt and caret), ``json``,
 ``json-lines``, ``github`` (workflow-command annotations), ``sarif`` (SARIF
 2.1.0 for code scanning) and ``junit`` (JUnit XML).
@@ -34,21 +34,31 @@ class RenderContext:
 Renderer = Callable[[Sequence[Diagnostic], RenderContext], str]
 
 
-def _registry() -> dict[str, Renderer]:
-    from . import concise, full, github, json_format, json_lines, junit, sarif
-
-    return {
-        "concise": concise.render,
-        "full": full.render,
-        "json": json_format.render,
-        "json-lines": json_lines.render,
-        "github": github.render,
-        "sarif": sarif.render,
-        "junit": junit.render,
-    }
+_MODULES = {
+    "concise": "concise",
+    "full": "full",
+    "json": "json_format",
+    "json-lines": "json_lines",
+    "github": "github",
+    "sarif": "sarif",
+    "junit": "junit",
+}
 
 
-FORMATS = _registry()
+FORMAT_NAMES = tuple(_MODULES)
+
+
+def renderer(name: str) -> Renderer:
+    """The ``render(diagnostics, ctx)`` function of an output format; its
+    module is imported here, on use (a run renders one format).
+
+    Raises:
+        KeyError: no such format.
+    """
+    import importlib
+
+    return importlib.import_module(f"{__name__}.{_MODULES[name]}").render
+
 
 # Formats that need the text of files with findings in RenderContext.sources.
 NEEDS_SOURCES = frozenset({"full", "sarif", "github"})
