@@ -44,16 +44,24 @@ def _hook_repo(tmp_path):
     return repo
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to run pre-commit")
-def test_hook_fails_on_bad_file_and_passes_when_fixed(tmp_path):
-    hook_repo = _hook_repo(tmp_path)
+@pytest.fixture(scope="module")
+def hooks(tmp_path_factory):
+    """The hook repository and a pre-commit home shared by this module's
+    tests, so the hook's environment is installed once."""
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to run pre-commit")
+    base = tmp_path_factory.mktemp("hooks")
+    return _hook_repo(base), {**os.environ, "PRE_COMMIT_HOME": str(base / "pre-commit-home")}
+
+
+def test_hook_fails_on_bad_file_and_passes_when_fixed(tmp_path, hooks):
+    hook_repo, env = hooks
     project = tmp_path / "user-project"
     project.mkdir()
     _git(project, "init", "-q")
     target = project / "train.py"
     target.write_text(BAD)
     _git(project, "add", "train.py")
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint", "--files", "train.py"]
 
     bad = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
@@ -65,3 +73,26 @@ def test_hook_fails_on_bad_file_and_passes_when_fixed(tmp_path):
     good = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
     assert good.returncode == 0, good.stdout + good.stderr
     assert "Passed" in good.stdout
+
+
+LOSSES = (ROOT / "fixtures" / "TGL101" / "bad_losses_append.py").read_text()
+
+
+def test_fix_hook_applies_the_safe_fix(tmp_path, hooks):
+    hook_repo, env = hooks
+    project = tmp_path / "user-project"
+    project.mkdir()
+    _git(project, "init", "-q")
+    target = project / "train.py"
+    target.write_text(LOSSES)
+    _git(project, "add", "train.py")
+    cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint-fix", "--files", "train.py"]
+
+    first = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 1, first.stdout + first.stderr  # pre-commit fails when a hook modifies files
+    assert "files were modified by this hook" in first.stdout
+    assert "losses.append(loss.item())" in target.read_text()
+
+    _git(project, "add", "train.py")
+    second = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    assert second.returncode == 0, second.stdout + second.stderr
