@@ -155,3 +155,35 @@ def test_create_graph_under_no_grad_used_outside_is_silent():
             g = torch.autograd.grad(out, interp, torch.ones_like(out), create_graph=True)[0]
         penalty = (g.norm(2, dim=1) - 1).pow(2).mean()
         """) == []
+
+
+def test_forward_reached_from_a_no_grad_tokenize_method_is_not_grad_disabled():
+    # realcode: audiolm-pytorch 2.4.0 audiolm_pytorch/soundstream.py:73. `forward` runs through
+    # `module(x)` (with grad, from the trainer) as well as through `self.forward(...)` from a
+    # no_grad method: its same-file callers are not all its callers.
+    assert lines("""
+        import torch
+        from torch import nn
+        from torch.autograd import grad as torch_grad
+        from einops import rearrange
+
+        def gradient_penalty(wave, output):
+            gradients = torch_grad(outputs=output, inputs=wave, grad_outputs=torch.ones_like(output),
+                                   create_graph=True, retain_graph=True)[0]
+            gradients = rearrange(gradients, 'b ... -> b (...)')
+            return ((gradients.norm(2, dim=1) - 1) ** 2).mean()
+
+        class SoundStream(nn.Module):
+            @torch.no_grad()
+            def tokenize(self, audio):
+                self.eval()
+                return self.forward(audio, return_codes_only=True)
+
+            def forward(self, x, return_codes_only=False, apply_grad_penalty=False):
+                if return_codes_only:
+                    return x
+                out = self.discr(x)
+                if apply_grad_penalty:
+                    return gradient_penalty(x, out)
+                return out
+        """) == []

@@ -374,3 +374,73 @@ with torch.no_grad():
     for x in loader:
         _ = model(x)
 """) == []
+
+
+def test_train_switched_inside_no_grad_block_is_deliberate():
+    # realcode: pytorch-accelerated 0.1.61 examples/vision/faster_rcnn/frcnn/trainer.py:108
+    # (torchvision detection models return their losses only in training mode).
+    assert lines(TRAIN_LOOP + """
+with torch.no_grad():
+    model.train()
+    losses = model(x_val)
+    model.eval()
+    preds = model(x_val)
+""") == []
+
+
+def test_part_switched_to_eval_inside_no_grad_block_is_silent():
+    # realcode: big-sleep 0.9.1 big_sleep/big_sleep.py:462 (EMA latents put in eval for sampling,
+    # the other parts are in eval already).
+    assert lines("""
+class Imagine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train_step(self, x):
+        self.model(x).sum().backward()
+        self.optimizer.step()
+        with torch.no_grad():
+            self.model[0].eval()
+            self.model.latents.eval()
+            out = self.model(x)
+            self.model.latents.train()
+        return out
+""") == []
+
+
+def test_part_switched_to_eval_before_the_block_is_still_flagged():
+    assert lines(TRAIN_LOOP + """
+model.backbone.eval()
+with torch.no_grad():
+    out = model(x_val)
+""") == [9]
+
+
+def test_module_rewrapped_by_prepare_keeps_its_mode_insensitivity():
+    # realcode: accelerate 1.15.0 src/accelerate/test_utils/scripts/external_deps/test_ds_multiple_model.py:159
+    assert lines("""
+class NoiseModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, loss):
+        return loss * self.scale
+
+noise = NoiseModel()
+noise = accelerator.prepare(noise)
+noise.train()
+for x in loader:
+    with torch.no_grad():
+        extra = noise(x)
+""") == []
+    assert lines("""
+noisy = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+noisy = accelerator.prepare(noisy)
+noisy.train()
+for x in loader:
+    with torch.no_grad():
+        extra = noisy(x)
+""") == [7]

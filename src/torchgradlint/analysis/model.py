@@ -386,7 +386,10 @@ class FileModel:
         The module runs with grad enabled. A decorated function has its
         decorator's mode. An undecorated function does not inherit its
         definer's region; its mode is that of its same-file call sites when
-        they all agree, else ``UNKNOWN`` (no call site, or mixed).
+        they all agree, else ``UNKNOWN`` (no call site, or mixed). A
+        method that Python or ``nn.Module.__call__`` invokes implicitly
+        (``forward``, dunders such as ``__call__``) has callers the file does
+        not show (``module(x)``), so it is ``UNKNOWN`` too.
         """
         if scope.kind in ("module", "class"):
             return GradMode.ENABLED
@@ -397,7 +400,9 @@ class FileModel:
             return self._base_mode_cache[key]
         self._base_mode_cache[key] = GradMode.UNKNOWN  # recursion guard
         result = GradMode.UNKNOWN
-        if _depth < 4 and scope.kind == "function":
+        implicit = scope.class_name is not None and (
+            scope.name == "forward" or (scope.name.startswith("__") and scope.name.endswith("__")))
+        if _depth < 4 and scope.kind == "function" and not implicit:
             modes = {self.grad_mode(c, _depth + 1) for c in self.callers_of(scope)}
             if len(modes) == 1:
                 result = modes.pop()

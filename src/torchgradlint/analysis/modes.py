@@ -16,7 +16,9 @@ Vocabulary:
   module owner), ``TRAINED`` (a backward or optimizer step in a scope where
   ``M`` runs a forward with grad enabled: the module takes part in training,
   so it is in training mode unless an ``EVAL`` came first), ``UNKNOWN``
-  (``M.train(flag)`` with a non-literal flag), or the final event of a
+  (``M.train(flag)`` with a non-literal flag; ``M.train()`` or a part's
+  ``M.part.eval()``/``M.part.train()`` made while grad is disabled, a
+  deliberate evaluation-time choice), or the final event of a
   same-file helper the module is passed to;
 - :func:`modes_at` answers "which of these may be the latest event before
   this call", following loop wrap-around (events later in an enclosing loop
@@ -217,6 +219,14 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
     return True
 
 
+def _rewraps_itself(value: cst.BaseExpression, text: str) -> bool:
+    """``f(text)`` with the module itself as the only argument (the
+    rebinding ``text = f(text)``: ``accelerator.prepare(model)``,
+    ``fabric.setup(model)``, ``DDP(model)``); its forward is the module's."""
+    return (isinstance(value, cst.Call) and len(value.args) == 1 and value.args[0].keyword is None
+            and not value.args[0].star and dotted_name(value.args[0].value) == text)
+
+
 def mode_sensitive(model: FileModel, text: str) -> bool:
     """Whether the module named ``text`` may behave differently in training
     and eval mode (dropout, batch norm...). ``False`` only when every
@@ -235,6 +245,8 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
         value = unwrap(a.value)
         if isinstance(value, (cst.Name, cst.Attribute)):
             continue  # ``model = model.to(device)``
+        if _rewraps_itself(value, text):
+            continue  # ``model = accelerator.prepare(model)``: the same module, wrapped
         if isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH:
             continue
         seen_ctor = True
@@ -338,6 +350,18 @@ def _self_is_module(model: FileModel, call: Call) -> bool:
     return fn is not None and fn.class_name in module_classes(model)
 
 
+def _switched_while_grad_disabled(model: FileModel, call: Call, recv: str, text: str) -> bool:
+    """Whether ``call`` (``recv.train(...)``/``recv.eval()``) runs with grad
+    disabled and either puts module ``text`` (or an owner) in training mode
+    or switches a strict submodule of ``text`` (``text.part.eval()``)."""
+    if model.grad_mode(call) is not GradMode.DISABLED:
+        return False
+    if recv.startswith(text + "."):
+        return True
+    return call.method == "train" and _owner_of(recv, text) and _train_flag(call) == TRAIN \
+        and (recv == text or is_module(model, recv) or _self_is_module(model, call))
+
+
 def _trains(model: FileModel, call: Call) -> bool:
     b = backward_call(model, call)
     return (b is not None and b.accumulates) or optimizer_step(model, call) is not None
@@ -357,6 +381,14 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
     for call in model.calls_in_scope(scope):
         callees = model.resolve_callee(call)
         recv = call.receiver_text
+        if not callees and recv and recv not in ("cls",) and call.method in ("eval", "train") \
+                and _switched_while_grad_disabled(model, call, recv, text):
+            # A mode switch made while gradients are off is an evaluation-time
+            # choice: ``m.train()`` on purpose (torchvision detection losses,
+            # a BN recalibration pass) or ``m.head.eval()`` on a part of the
+            # module (the author manages the parts' modes): intent unknown.
+            raw.append(ModeEvent(call, UNKNOWN))
+            continue
         if not callees and recv and recv not in ("cls",) and call.method in ("eval", "train") \
                 and _owner_of(recv, text):
             if call.method == "eval" and not call.node.args:
