@@ -9,17 +9,9 @@ import pytest
 
 from torchgradlint import config
 from torchgradlint.cli import main
+from snippets import MISSING_ZERO_GRAD
 
-BAD = textwrap.dedent("""\
-    import torch
-
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(3):
-        loss = model(torch.randn(2, 4)).sum()
-        loss.backward()
-        opt.step()
-""")
+BAD = MISSING_ZERO_GRAD
 
 
 @pytest.fixture(autouse=True)

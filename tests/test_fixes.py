@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import textwrap
 
 from torchgradlint.diagnostics import Diagnostic, Fix
 from torchgradlint.fixes import apply_edits, fix_until_stable, unified_diff

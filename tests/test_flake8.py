@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from torchgradlint.flake8_plugin import Plugin
 from torchgradlint.registry import all_rules

@@ -3,9 +3,7 @@
 import json
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -14,17 +12,9 @@ from torchgradlint.cli import main
 from torchgradlint.diagnostics import Diagnostic
 from torchgradlint.output.github import escape_data, escape_property, format_command
 from torchgradlint.registry import all_rules
+from snippets import MISSING_ZERO_GRAD
 
-BAD = textwrap.dedent("""\
-    import torch
-
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(3):
-        loss = model(torch.randn(2, 4)).sum()
-        loss.backward()
-        opt.step()
-""")
+BAD = MISSING_ZERO_GRAD
 CLEAN = "import torch\n\nx = torch.ones(2)\n"
 
 

@@ -4,23 +4,14 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from snippets import MISSING_ZERO_GRAD
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BAD = textwrap.dedent("""\
-    import torch
-
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(3):
-        loss = model(torch.randn(2, 4)).sum()
-        loss.backward()
-        opt.step()
-""")
+BAD = MISSING_ZERO_GRAD
 FIXED = BAD.replace("    loss = model", "    opt.zero_grad()\n    loss = model")
 
 
