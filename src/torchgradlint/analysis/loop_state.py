@@ -34,13 +34,15 @@ import libcst as cst
 
 from .model import Assign, Call, FileModel, GradMode, Loop, Scope, _Located, is_literal
 from .names import dotted_name
+from .provenance import DETACHING_METHODS
+from .training import runs_backward
 from .tree import iter_children
 
 DATA, LEAF, OBJECT = "data", "leaf", "object"
 # Keyword arguments that never carry a graph into a call's result.
 _META_KEYWORDS = frozenset({"device", "dtype", "layout", "non_blocking", "memory_format", "generator",
                             "requires_grad", "pin_memory", "dim", "keepdim", "reduction", "copy"})
-_DETACH_METHODS = frozenset({"detach", "detach_", "item", "tolist", "numpy"})
+_DETACH_METHODS = DETACHING_METHODS | {"detach_"}  # in-place detach cuts the path too
 _DETACH_FUNCS = frozenset({"float", "int", "bool", "len", "str", "repr"})
 # Calls that create fresh leaf tensors or plain objects, never a graph.
 _TORCH_FACTORIES = re.compile(
@@ -458,21 +460,6 @@ def _names(node: cst.CSTNode) -> list[cst.Name]:
     return out
 
 
-def _runs_backward(model: FileModel, call: Call, depth: int = 0) -> bool:
-    from .steps import backward_call
-
-    if backward_call(model, call) is not None:
-        return True
-    if depth >= 3:
-        return False
-    return any(
-        _runs_backward(model, c, depth + 1)
-        for fn in model.resolve_callee(call)
-        for c in model.calls_within(fn.order, fn.end)
-        if c.order != fn.order
-    )
-
-
 def backward_follows_in_iteration(model: FileModel, call: Call) -> bool:
     """Whether another backward (``.backward()``, ``torch.autograd.grad``...,
     directly or through a same-file helper, up to 3 calls deep) may run after
@@ -480,6 +467,6 @@ def backward_follows_in_iteration(model: FileModel, call: Call) -> bool:
     it inside one of its enclosing loops of the same scope."""
     for loop in call.loops:
         for other in model.calls_within(call.order + 1, loop.end):
-            if other.scope is call.scope and other.node is not call.node and _runs_backward(model, other):
+            if other.scope is call.scope and other.node is not call.node and runs_backward(model, other, accumulating_only=False):
                 return True
     return False

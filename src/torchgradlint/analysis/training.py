@@ -43,17 +43,20 @@ def _function_steps(model: FileModel, scope: Scope, depth: int) -> list[Optimize
     return out
 
 
-def _function_backwards(model: FileModel, scope: Scope, depth: int) -> bool:
-    for c in model.calls_within(scope.order, scope.end):
-        b = backward_call(model, c)
-        if b is not None and b.accumulates:
-            return True
-        if depth < _MAX_DEPTH and any(
-            callee is not scope and _function_backwards(model, callee, depth + 1)
-            for callee in model.resolve_callee(c)
-        ):
-            return True
-    return False
+def runs_backward(model: FileModel, call: Call, *, accumulating_only: bool, depth: int = 0) -> bool:
+    """Whether ``call`` runs a backward, itself or through same-file helpers
+    (followed up to ``_MAX_DEPTH`` calls deep). With ``accumulating_only``,
+    ``torch.autograd.grad`` does not count (it does not write ``.grad``)."""
+    b: Optional[Backward] = backward_call(model, call)
+    if b is not None and (b.accumulates or not accumulating_only):
+        return True
+    if depth >= _MAX_DEPTH:
+        return False
+    return any(
+        runs_backward(model, inner, accumulating_only=accumulating_only, depth=depth + 1)
+        for callee in model.resolve_callee(call) if not callee.contains(call.order)
+        for inner in model.calls_within(callee.order, callee.end)
+    )
 
 
 def _in_training_loop(model: FileModel, call: Call) -> bool:
@@ -104,13 +107,7 @@ def has_backward(model: FileModel, order: int, end: int) -> bool:
     """Whether ``[order, end]`` runs an accumulating backward, directly or
     through a same-file helper (``torch.autograd.grad`` does not count: it
     does not write ``.grad``)."""
-    for c in model.calls_within(order, end):
-        b: Optional[Backward] = backward_call(model, c)
-        if b is not None and b.accumulates:
-            return True
-        if any(_function_backwards(model, callee, 1) for callee in model.resolve_callee(c)):
-            return True
-    return False
+    return any(runs_backward(model, c, accumulating_only=True) for c in model.calls_within(order, end))
 
 
 def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
