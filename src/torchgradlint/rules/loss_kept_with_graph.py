@@ -252,7 +252,6 @@ step.
 
     # -- check ----------------------------------------------------------------------
     def check(self, model: FileModel) -> Iterator[Finding]:
-        bp_cache: dict[int, set[str]] = {}
         for s in self._stores(model):
             scope = s.fact.scope
             mode = model.grad_mode(s.fact)
@@ -260,10 +259,7 @@ step.
                 continue
             if not self._persists(model, s) or self._loop_over_callables(model, s):
                 continue
-            key = id(scope)
-            if key not in bp_cache:
-                bp_cache[key] = backpropagated_names(model, scope)
-            if s.container in bp_cache[key]:
+            if s.container in backpropagated_names(model, scope):  # memoised per file
                 continue
             if s.container in returned_names(model, scope) and not self._result_discarded(model, scope):
                 continue
