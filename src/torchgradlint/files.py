@@ -64,6 +64,15 @@ def _load_spec(directory: Path) -> Optional[pathspec.PathSpec]:
     return _gitignore_spec(lines)
 
 
+def git_work_tree(start: Path) -> Optional[Path]:
+    """The nearest folder at or above the absolute path ``start`` that holds
+    ``.git``, or ``None`` outside a git work tree."""
+    for d in (start, *start.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
 def _ancestor_specs(directory: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     """``.gitignore`` files from the enclosing git work tree's root down to
     ``directory``'s parent (those that apply to files below ``directory``).
@@ -74,16 +83,12 @@ def _ancestor_specs(directory: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     unanchored patterns (``*.pyc``, ``generated_*.py``) still apply below.
     """
     specs: list[tuple[Path, pathspec.PathSpec]] = []
-    d = directory.resolve().parent
-    chain = []
-    while True:
-        chain.append(d)
-        if (d / ".git").exists() or d.parent == d:
-            break
-        d = d.parent
-    if not (chain[-1] / ".git").exists():
+    parent = directory.resolve().parent
+    root = git_work_tree(parent)
+    if root is None:
         return []
-    for anc in reversed(chain):
+    chain = [parent, *parent.parents]
+    for anc in reversed(chain[:chain.index(root) + 1]):
         spec = _load_spec(anc)
         if spec is not None:
             # A spec that ignores the named directory itself is re-rooted there:

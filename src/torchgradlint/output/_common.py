@@ -40,8 +40,7 @@ def file_region(d: Diagnostic, ctx, cache: dict) -> Optional[tuple[int, int, int
 
 def repo_root(start: Optional[str] = None) -> Path:
     """The git work tree holding ``start`` (default: the current folder), else ``start``."""
+    from ..files import git_work_tree
+
     here = Path(os.path.abspath(start or os.getcwd()))
-    for d in (here, *here.parents):
-        if (d / ".git").exists():
-            return d
-    return here
+    return git_work_tree(here) or here
