@@ -48,11 +48,18 @@ PACKAGES = HERE / "packages.toml"
 BASELINE = HERE / "baseline.json"
 DEFAULT_CACHE = ROOT / ".cache" / "realcode"
 SKIP_DIRS = {"__pycache__", ".git", ".hg", ".tox", ".venv", "venv", "node_modules"}
-# The engine's own prefilter words (kept in sync by import when available).
+# The engine's own prefilter (both stages), to count the files that reach the parser.
 try:
-    from torchgradlint.engine import TORCH_HINTS
+    from torchgradlint.prefilter import candidate_rules
+    from torchgradlint.registry import all_rules
+
+    _DEFAULT_RULES = [r for r in all_rules() if r.default_enabled]
+
+    def _reaches_parser(text: str) -> bool:
+        return bool(candidate_rules(text, _DEFAULT_RULES))
 except Exception:  # pragma: no cover - torchgradlint not importable
-    TORCH_HINTS = ("torch", "backward")
+    def _reaches_parser(text: str) -> bool:
+        return "torch" in text or "backward" in text
 
 
 @dataclass
@@ -77,7 +84,7 @@ class PackageRun:
     package: str
     files: int = 0
     lines: int = 0
-    prefiltered: int = 0  # files that pass the engine's text prefilter (reach the parser)
+    prefiltered: int = 0  # files that pass the engine's prefilter (reach the parser)
     findings: list[dict] = field(default_factory=list)
     parse_errors: int = 0
     exit_code: int = 0
@@ -172,7 +179,7 @@ def _count(root: Path, files: list[str]) -> tuple[int, int]:
         data = (root / f).read_bytes()
         lines += data.count(b"\n")
         text = data.decode("utf-8", errors="replace")
-        pre += any(h in text for h in TORCH_HINTS)
+        pre += _reaches_parser(text)
     return lines, pre
 
 

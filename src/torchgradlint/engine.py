@@ -16,6 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from .analysis import build_model
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file
 from .noqa import NoqaFilter
+from .prefilter import TORCH_HINTS, candidate_rules  # noqa: F401  (TORCH_HINTS: re-exported)
 from .registry import Rule
 
 def _no_validation(self: cst.CSTNode) -> None:
@@ -54,8 +55,6 @@ def parse_module(source: str) -> cst.Module:
         return cst.parse_module(source)
 
 
-# A file that mentions none of these cannot hold a finding of any rule.
-TORCH_HINTS = ("torch", "backward")
 
 
 def decode_source(data: bytes) -> str:
@@ -102,6 +101,7 @@ def lint_source(
     rules: Sequence[type[Rule]],
     *,
     apply_noqa: bool = True,
+    tree: Optional[ast.Module] = None,
 ) -> LintResult:
     """All diagnostics of ``rules`` for one file's text, sorted by position.
 
@@ -111,12 +111,12 @@ def lint_source(
         rules: enabled rule classes.
         apply_noqa: drop findings silenced by ``# noqa`` (the flake8 plugin
             passes ``False``: flake8 applies noqa itself).
+        tree: the file's Python ``ast``, when the caller has it (flake8
+            does), for the prefilter's second stage.
 
     A syntax error yields a single ``TGL000`` diagnostic instead of raising.
     """
-    if not any(h in source for h in TORCH_HINTS):
-        return LintResult([], False)
-    active = [r for r in rules if r.may_fire(source)]
+    active = candidate_rules(source, rules, tree)
     if not active:
         return LintResult([], False)
     try:

@@ -58,6 +58,10 @@ class Rule:
         prefilter: groups of substrings; a file can hold a finding only if,
             for every group, it contains at least one of the group's strings.
             Used to skip files before parsing; must never drop a finding.
+        needs_grad_evidence: ``True`` for a rule that fires only where a
+            backward runs in the same function or where grad mode is known
+            enabled inside a loop; such a rule lets :mod:`.prefilter` skip
+            files that show neither (its second, ``ast`` stage).
     """
 
     code: ClassVar[str] = ""
@@ -66,6 +70,7 @@ class Rule:
     docs: ClassVar[str] = ""
     default_enabled: ClassVar[bool] = True
     prefilter: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    needs_grad_evidence: ClassVar[bool] = False
 
     def check(self, model: "FileModel") -> Iterator[Finding]:  # pragma: no cover - abstract
         """Yield findings for one file's analysis model."""

@@ -58,6 +58,9 @@ class LossKeptWithGraph(Rule):
     name = "loss-kept-with-graph"
     summary = "graph-attached tensor stored across loop iterations"
     prefilter = (("append", "extend", "insert", "+", "["),)
+    # check(): a finding needs grad mode ENABLED at the store, or UNKNOWN with
+    # the stored name backpropagated in the same scope.
+    needs_grad_evidence = True
     docs = """
 ## What it does
 Checks for graph-attached tensors (losses, model outputs, anything computed

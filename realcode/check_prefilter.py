@@ -1,0 +1,64 @@
+#!/usr/bin/env python
+"""Check the prefilter's second stage against the full analysis on the
+real-code corpus (``.cache/realcode/src``, filled by ``lint_real.py``).
+
+For every ``.py`` file that stage 2 would keep away from LibCST (for TGL101),
+parse it anyway and ask the analysis whether any backward call or any fact
+running with grad mode known enabled in a loop, a function or on ``self``
+exists (``tests/prefilter_oracle.py``). Prints the counts and every
+counterexample; exits 1 if there is one.
+
+Usage::
+
+    python realcode/check_prefilter.py [SRC_DIR]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import libcst as cst  # noqa: E402
+
+from prefilter_oracle import counterexamples, stage2_rejects  # noqa: E402
+from torchgradlint.engine import decode_source  # noqa: E402
+from torchgradlint.prefilter import TORCH_HINTS  # noqa: E402
+from torchgradlint.registry import get_rule  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    src = Path(argv[0]) if argv else ROOT / ".cache" / "realcode" / "src"
+    if not src.is_dir():
+        print(f"error: {src} is not a directory (run realcode/lint_real.py first)", file=sys.stderr)
+        return 2
+    tgl101 = get_rule("TGL101")
+    files = candidates = rejected = unparsable = 0
+    bad: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        files += 1
+        try:
+            text = decode_source(path.read_bytes())
+        except (UnicodeDecodeError, SyntaxError, LookupError):
+            continue
+        if not (any(h in text for h in TORCH_HINTS) and tgl101.may_fire(text)):
+            continue
+        candidates += 1
+        if not stage2_rejects(text):
+            continue
+        rejected += 1
+        try:
+            bad += counterexamples(text, str(path.relative_to(src)))
+        except (cst.ParserSyntaxError, RecursionError):
+            unparsable += 1
+    print(f"{files} files, {candidates} pass TGL101's text stage, {rejected} kept from LibCST by stage 2, "
+          f"{unparsable} of those LibCST cannot parse, {len(bad)} counterexamples")
+    for line in bad:
+        print("  " + line)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,52 @@
+"""Oracle for the prefilter's second stage (:mod:`torchgradlint.prefilter`).
+
+Stage 2 claims: a file that spells none of ``GRAD_EVIDENCE`` and runs no
+loop, no ``self`` and no call to a same-file function at module or class
+scope has no backward call and no fact that runs with grad mode known
+ENABLED inside a loop, inside a function, or on ``self``. This module checks
+that claim against the full LibCST analysis of a file; used by
+``tests/test_prefilter.py`` and by ``realcode/check_prefilter.py`` on the
+real-code corpus.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+from torchgradlint.analysis import build_model
+from torchgradlint.analysis.model import GradMode
+from torchgradlint.analysis.steps import backward_call
+from torchgradlint.engine import parse_module
+from torchgradlint.prefilter import GRAD_EVIDENCE, python_ast, runs_code_at_definition_time
+
+
+def stage2_rejects(source: str) -> bool:
+    """Whether stage 2 keeps ``source`` away from LibCST (for a rule with
+    ``needs_grad_evidence``)."""
+    if any(tok in source for tok in GRAD_EVIDENCE):
+        return False
+    tree = python_ast(source)
+    return tree is not None and not runs_code_at_definition_time(tree)
+
+
+def _mentions_self(fact) -> bool:
+    texts = [getattr(fact, "receiver_text", None), getattr(fact, "func_text", None)]
+    texts += [t.text for t in getattr(fact, "targets", ())]
+    return any(t and (t == "self" or t.startswith("self.")) for t in texts)
+
+
+def counterexamples(source: str, path: str = "<src>") -> list[str]:
+    """Facts of ``source`` that contradict stage 2's claim (empty when the
+    claim holds). Raises ``libcst.ParserSyntaxError`` if LibCST cannot parse."""
+    model = build_model(parse_module(source), source, path)
+    bad = []
+    for c in model.calls:
+        if backward_call(model, c) is not None:
+            bad.append(f"{path}: backward call {c.func_text}")
+    for f in chain(model.calls, model.assigns):
+        if model.grad_mode(f) is not GradMode.ENABLED:
+            continue
+        if f.scope.kind not in ("module", "class") or f.loop is not None or _mentions_self(f):
+            bad.append(f"{path}: grad ENABLED at {type(f).__name__} in {f.scope.kind} {f.scope.name} "
+                       f"(loop: {f.loop is not None})")
+    return bad

@@ -1,0 +1,168 @@
+"""Prefilter: stage 1 (text) and stage 2 (Python ast) never drop a finding."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from prefilter_oracle import counterexamples, stage2_rejects
+from torchgradlint.engine import lint_source
+from torchgradlint.fixture_spec import load_fixtures
+from torchgradlint.prefilter import candidate_rules, python_ast, runs_code_at_definition_time
+from torchgradlint.registry import all_rules, get_rule
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+TGL101 = get_rule("TGL101")
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).lstrip()
+
+
+LIBRARY_MODULE = _src("""
+    import torch
+
+    class Tracker:
+        def update(self, outputs, loss):
+            for out in outputs:
+                self.history.append(out)
+            self.total += loss
+    """)
+
+
+@pytest.mark.parametrize("source, runs", [
+    (LIBRARY_MODULE, False),
+    ("import torch\nlog = get_logger(__name__)\n", False),  # a call, but not to a function defined here
+    ("import torch\nfor x in xs:\n    pass\n", True),
+    ("import torch\nwhile True:\n    break\n", True),
+    ("import torch\nys = [f(x) for x in xs]\n", True),
+    ("import torch\ndef main():\n    pass\nif __name__ == '__main__':\n    main()\n", True),
+    ("import torch\ndef train():\n    pass\nclass A:\n    x = train()\n", True),  # class body runs at import
+    ("import torch\ndef deco(f):\n    return f\n@deco\ndef g():\n    pass\n", False),  # bare decorator: no call
+    ("import torch\ndef deco(n):\n    return n\n@deco(3)\ndef g():\n    pass\n", True),
+    ("import torch\ndef f(x=helper()):\n    pass\ndef helper():\n    pass\n", True),  # default runs at def time
+    ("import torch\nclass A:\n    def run(self):\n        pass\nA().run()\n", True),  # method name matched
+    ("import torch\nself.losses.append(loss)\n", True),
+])
+def test_runs_code_at_definition_time(source, runs):
+    tree = python_ast(source)
+    assert tree is not None
+    assert runs_code_at_definition_time(tree) is runs
+
+
+def test_library_module_is_not_parsed_for_tgl101():
+    assert candidate_rules(LIBRARY_MODULE, [TGL101]) == []
+    result = lint_source(LIBRARY_MODULE, "lib.py", [TGL101])
+    assert result.parsed is False
+
+
+@pytest.mark.parametrize("extra", [
+    "        loss.backward()\n",
+    "        torch.autograd.grad(loss, [p])\n",
+    "        self.manual_backward(loss)\n",
+    "        with torch.enable_grad():\n            pass\n",
+    "        torch.set_grad_enabled(True)\n",
+])
+def test_grad_evidence_keeps_the_file(extra):
+    assert candidate_rules(LIBRARY_MODULE + extra, [TGL101]) == [TGL101]
+
+
+def test_other_candidate_rules_keep_the_file():
+    source = LIBRARY_MODULE + "        with torch.no_grad():\n            pass\n"
+    assert get_rule("TGL201") in candidate_rules(source, all_rules())
+
+
+def test_python_syntax_error_still_reaches_libcst_and_is_reported():
+    source = "import torch\nlosses.append(loss\n"
+    assert python_ast(source) is None
+    diags = lint_source(source, "bad.py", [TGL101]).diagnostics
+    assert [d.code for d in diags] == ["TGL000"]
+
+
+def test_flake8_tree_is_used_instead_of_a_second_parse():
+    import ast
+
+    tree = ast.parse("import torch\nfor x in xs:\n    pass\n")  # a tree that says "runs a loop"
+    assert candidate_rules(LIBRARY_MODULE, [TGL101], tree) == [TGL101]
+
+
+def test_both_stages_keep_every_fixture_finding():
+    checked = 0
+    for fixture in load_fixtures(FIXTURES):
+        text = fixture.path.read_text()
+        for code, _ in fixture.expected:
+            rule = get_rule(code)
+            assert candidate_rules(text, [rule]) == [rule], f"{code} prefilter drops {fixture.name}"
+            checked += 1
+    assert checked >= 20
+
+
+def _corpus() -> list[Path]:
+    """Python files of this repository: fixtures, sources, tests, scripts."""
+    files = sorted(FIXTURES.rglob("*.py"))
+    for sub in ("src", "tests", "scripts", "bench", "realcode"):
+        files += sorted((ROOT / sub).rglob("*.py"))
+    return files
+
+
+def test_stage2_claim_holds_on_every_file_of_the_repository():
+    """Stage 2's claim, checked against the full analysis of every file it
+    would keep away from LibCST (and every fixture with the TGL101 store
+    moved into a function of a library module)."""
+    rejected = 0
+    bad: list[str] = []
+    for path in _corpus():
+        text = path.read_text()
+        if stage2_rejects(text):
+            rejected += 1
+            bad += counterexamples(text, str(path.relative_to(ROOT)))
+    assert bad == []
+    assert rejected >= 20  # the claim was exercised on real files
+
+
+@pytest.mark.parametrize("source", [
+    LIBRARY_MODULE,
+    _src("""
+        import torch
+        def evaluate(model, loader):
+            outs = []
+            for x in loader:
+                outs.append(model(x))
+            return outs
+        """),
+    _src("""
+        import torch
+        class Loop:
+            def run(self, model, loader):
+                for x in loader:
+                    self.outputs.append(model(x))
+            def helper(self):
+                return self.run(self.model, self.loader)
+        """),
+])
+def test_stage2_claim_on_library_shapes(source):
+    assert stage2_rejects(source)
+    assert counterexamples(source) == []
+
+
+@pytest.mark.parametrize("source", [
+    _src("""
+        import torch
+        def evaluate(model, loader):
+            outs = []
+            for x in loader:
+                outs.append(model(x))
+            return outs
+        outs = evaluate(net, data)
+        """),
+    _src("""
+        import torch
+        for x in loader:
+            outs.append(model(x))
+        """),
+])
+def test_definition_time_code_makes_grad_mode_known(source):
+    # the analysis does see grad mode ENABLED here, and stage 2 keeps the file
+    assert counterexamples(source) != []
+    assert not stage2_rejects(source)
