@@ -87,3 +87,9 @@ def test_syntax_error_is_reported_not_raised():
     """)
     d, = lint_source(src, "x.py", all_rules()).diagnostics
     assert d.code == "TGL000" and d.line == 2
+
+
+def test_rule_codes_index_lists_every_discovered_rule():
+    from torchgradlint.rules import RULE_CODES
+
+    assert RULE_CODES == tuple(r.code for r in all_rules())

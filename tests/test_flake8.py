@@ -51,12 +51,12 @@ def test_flake8_honours_noqa(tmp_path):
 
 _RUN_FLAKE8_WITH_TRAPPED_ENGINE = """
 import sys
-import torchgradlint.flake8_plugin as plugin
+import torchgradlint.engine as engine
 
 def trapped(*args, **kwargs):
     raise SystemExit("ENGINE-RAN")
 
-plugin.lint_source = trapped
+engine.lint_source = trapped
 from flake8.main.cli import main
 main(sys.argv[1:])
 """
@@ -74,6 +74,30 @@ def test_plugin_does_no_parsing_when_no_tgl_code_is_selected():
     assert _flake8_engine_runs("F,TGL", target)  # the trap does fire when TGL is selected
 
 
+_RUN_FLAKE8_REPORT_IMPORTS = """
+import sys
+from flake8.main.application import Application
+app = Application()
+app.run(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m == "libcst" or m.startswith("torchgradlint.rules."))
+print("IMPORTED:" + ",".join(heavy))
+"""
+
+
+def _flake8_heavy_imports(select, target):
+    out = subprocess.run([sys.executable, "-c", _RUN_FLAKE8_REPORT_IMPORTS, "--isolated", f"--select={select}",
+                          str(target)], capture_output=True, text=True)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("IMPORTED:")]
+    assert line, out.stdout + out.stderr
+    return line[0].removeprefix("IMPORTED:")
+
+
+def test_plugin_imports_neither_rules_nor_libcst_when_no_tgl_code_is_selected():
+    target = FIXTURES / "TGL001" / "bad_basic_loop.py"
+    assert _flake8_heavy_imports("F", target) == ""
+    assert "libcst" in _flake8_heavy_imports("F,TGL", target).split(",")  # the probe does see imports
+
+
 def test_plugin_selects_by_flake8_decision():
     from flake8.style_guide import DecisionEngine
 
@@ -82,9 +106,9 @@ def test_plugin_selects_by_flake8_decision():
                                        extended_default_ignore=[]))()
     engine = DecisionEngine(options)
     Plugin.parse_options(options)
-    assert {r.code for r in Plugin._rules} == {
+    assert {r.code for r in Plugin._selected_rules()} == {
         r.code for r in all_rules() if engine.decision_for(r.code).name == "Selected"}
-    codes = {r.code for r in Plugin._rules}
+    codes = {r.code for r in Plugin._selected_rules()}
     assert "TGL001" in codes and "TGL002" not in codes
     assert not any(c.startswith("TGL1") for c in codes)
 

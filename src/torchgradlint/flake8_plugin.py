@@ -3,7 +3,8 @@
 A thin adapter: source lines → the engine → ``(line, 0-based col, "TGL001
 message", type)``. flake8 applies ``# noqa`` itself in this mode. When
 flake8's own select/ignore decision excludes every TGL rule, the plugin
-returns at once without parsing.
+returns at once: it imports neither the rules nor LibCST (flake8 imports every
+installed plugin on every run, so this module's own imports are kept light).
 
 flake8's own config decides which TGL rules run (select, ignore,
 per-file-ignores, exclude). The nearest ``[tool.torchgradlint]`` table in
@@ -15,45 +16,62 @@ table gives one ``TGL000`` result on line 1 instead of crashing flake8.
 from __future__ import annotations
 
 import argparse
+import ast
 from typing import Any, Iterator
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .config import ConfigError, find_config, resolve_rules, RuleLayer
-from .diagnostics import PARSE_ERROR_CODE
-from .engine import lint_source
-from .registry import Rule, all_rules
+from .rules import RULE_CODES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .registry import Rule
 
 
 class Plugin:
-    """flake8 AST-plugin shape; ``tree`` is accepted (flake8 requires it) and
-    ignored: the engine parses with LibCST."""
+    """flake8 AST-plugin shape. flake8's ``tree`` (Python's ``ast``) feeds
+    only the prefilter's second stage; findings come from the LibCST parse."""
 
     name = "torchgradlint"
     version = __version__
-    _rules: list[type[Rule]] | None = None
+    _codes: tuple[str, ...] | None = None  # TGL codes flake8 selects; None: not decided yet
 
     def __init__(self, tree: Any, lines: list[str], filename: str) -> None:
+        self.tree = tree
         self.lines = lines
         self.filename = filename
 
     @classmethod
     def parse_options(cls, options: argparse.Namespace) -> None:
-        """Keep only the TGL rules that flake8's select/ignore lets through."""
+        """Keep only the TGL codes that flake8's select/ignore lets through
+        (decided on :data:`~torchgradlint.rules.RULE_CODES`, without importing
+        the rules)."""
         try:
             from flake8.style_guide import Decision, DecisionEngine
 
             engine = DecisionEngine(options)
-            cls._rules = [r for r in all_rules() if engine.decision_for(r.code) is Decision.Selected]
+            cls._codes = tuple(c for c in RULE_CODES if engine.decision_for(c) is Decision.Selected)
         except Exception:  # an unusual flake8: fall back to every default rule
-            cls._rules = [r for r in all_rules() if r.default_enabled]
+            cls._codes = None
+
+    @classmethod
+    def _selected_rules(cls) -> list[type["Rule"]]:
+        from .registry import all_rules
+
+        if cls._codes is None:
+            return [r for r in all_rules() if r.default_enabled]
+        return [r for r in all_rules() if r.code in cls._codes]
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
         """Yield flake8's ``(line, col, message, type)`` tuples; ``col`` 0-based."""
-        rules = self._rules if self._rules is not None else [r for r in all_rules() if r.default_enabled]
-        if not rules:
+        if self._codes == ():
             return
+        from . import engine
+        from .config import ConfigError
+        from .diagnostics import PARSE_ERROR_CODE
+
+        rules = self._selected_rules()
         try:
             rules = self._narrow_by_config(rules)
         except ConfigError as exc:
@@ -62,12 +80,19 @@ class Plugin:
         if not rules:
             return
         source = "".join(self.lines)
-        result = lint_source(source, self.filename, rules, apply_noqa=False)
+        result = engine.lint_source(source, self.filename, rules, apply_noqa=False,
+                                    tree=self.tree if isinstance(self.tree, ast.Module) else None)
         for d in result.diagnostics:
             yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
 
-    def _narrow_by_config(self, rules: list[type[Rule]]) -> list[type[Rule]]:
-        """Drop rules that the ``[tool.torchgradlint]`` table switches off for this file."""
+    def _narrow_by_config(self, rules: list[type["Rule"]]) -> list[type["Rule"]]:
+        """Drop rules that the ``[tool.torchgradlint]`` table switches off for this file.
+
+        Raises:
+            ConfigError: the table is malformed.
+        """
+        from .config import RuleLayer, find_config, resolve_rules
+
         if self.filename in ("-", "stdin", ""):
             return rules
         path = Path(self.filename)
