@@ -93,3 +93,18 @@ def test_rule_codes_index_lists_every_discovered_rule():
     from torchgradlint.rules import RULE_CODES
 
     assert RULE_CODES == tuple(r.code for r in all_rules())
+
+
+@pytest.mark.parametrize("source", [BAD_LOOP, "import torch\nloss.backward(\n"])  # a finding; a syntax error
+def test_cyclic_gc_is_restored_after_linting(source):
+    import gc
+
+    assert gc.isenabled()
+    lint_source(source, "x.py", all_rules())
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        lint_source(source, "x.py", all_rules())
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()

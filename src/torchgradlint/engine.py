@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import io
 import tokenize
 from typing import Iterator, Optional, Sequence
@@ -43,6 +44,29 @@ def _parser_output_unvalidated() -> Iterator[None]:
         yield
     finally:
         base.__post_init__ = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while one file is linted.
+
+    A LibCST parse allocates hundreds of thousands of objects; each batch of
+    allocations triggers a collection that walks the young objects, and the
+    older generations (the whole heap) get walked again and again during one
+    parse. LibCST trees have no parent links, so they are freed by reference
+    counting alone; the analysis model's few cycles are collected once the
+    collector resumes. Timed with ``gc.callbacks`` over the 82-file benchmark
+    corpus (25 files parsed): collections took 9-12% of the lint's CPU time
+    (about 470 collections), paused 5-6% (66, outside the parse). A collector
+    that was already disabled stays disabled.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def parse_module(source: str) -> cst.Module:
@@ -119,18 +143,20 @@ def lint_source(
     active = candidate_rules(source, rules, tree)
     if not active:
         return LintResult([], False)
-    try:
-        module = parse_module(source)
-    except cst.ParserSyntaxError as exc:
-        return LintResult([_parse_error(source, path, exc)], True)
-    except RecursionError:
-        return LintResult([Diagnostic(PARSE_ERROR_CODE, "file is nested too deeply to be parsed, so it was not linted",
-                                      path, 1, 1, 1, 1)], True)
-    model = build_model(module, source, path)
-    found = []
-    for rule_cls in active:
-        for finding in rule_cls().check(model):
-            found.append((rule_cls, finding))
+    with _cyclic_gc_paused():
+        try:
+            module = parse_module(source)
+        except cst.ParserSyntaxError as exc:
+            return LintResult([_parse_error(source, path, exc)], True)
+        except RecursionError:
+            return LintResult([Diagnostic(PARSE_ERROR_CODE,
+                                          "file is nested too deeply to be parsed, so it was not linted",
+                                          path, 1, 1, 1, 1)], True)
+        model = build_model(module, source, path)
+        found = []
+        for rule_cls in active:
+            for finding in rule_cls().check(model):
+                found.append((rule_cls, finding))
     if not found:
         return LintResult([], True)
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
