@@ -12,7 +12,7 @@ Usage::
     pip install -r bench/requirements.txt
     python bench/bench.py                        # 3 rounds over the realcode corpus
     python bench/bench.py --rounds 5 --json out.json
-    python bench/bench.py --setup-torchfix       # create .cache/bench/torchfix-venv first
+    python bench/bench.py --setup                # first: create the peers' venvs in .cache/bench/
 
 Measured per tool: wall seconds (median), files/s, lines/s and peak RSS
 (``os.wait4``'s rusage of the tool's process, which covers the descendants it
@@ -38,36 +38,72 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "realcode"))
 import lint_real  # noqa: E402  (realcode/lint_real.py: download, extract, file lists)
 
-TORCHFIX_VENV = ROOT / ".cache" / "bench" / "torchfix-venv"
-HINTS = lint_real.TORCH_HINTS
+BENCH_DIR = ROOT / ".cache" / "bench"
 
-# LibCST parse-only floor: parse, in one process, every file that contains one
-# of the engine's prefilter words (the files that can reach the parser).
+# LibCST parse-only floor: parse, in one process, every file of the list
+# (the files that reach torchgradlint's parser: both prefilter stages pass).
 PARSE_FLOOR = r"""
 import sys, libcst
-hints = tuple(sys.argv[1].split(","))
 n = 0
-for path in open(sys.argv[2]).read().splitlines():
+for path in open(sys.argv[1]).read().splitlines():
     with open(path, "rb") as fh:
         data = fh.read()
-    text = data.decode("utf-8", "replace")
-    if any(h in text for h in hints):
-        try:
-            libcst.parse_module(data)
-            n += 1
-        except Exception:
-            pass
+    try:
+        libcst.parse_module(data)
+        n += 1
+    except Exception:
+        pass
 print(n, file=sys.stderr)
 """
 
 
-def setup_torchfix(venv: Path = TORCHFIX_VENV) -> None:
-    """Create the TorchFix virtual environment: torch==2.13.0 first (the CPU
-    wheel), then torchfix==0.7.0 and flake8. Raises ``CalledProcessError``."""
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    subprocess.run(pip + ["torch==2.13.0"], check=True)
-    subprocess.run(pip + ["torchfix==0.7.0", "flake8"], check=True)
+def _flake8_pin() -> str:
+    """``flake8==<the version installed here>`` (bench/requirements.txt pins it)."""
+    from importlib.metadata import version
+
+    return f"flake8=={version('flake8')}"
+
+
+def setup_venvs(bench_dir: Path = BENCH_DIR) -> None:
+    """Create the peers' virtual environments under ``bench_dir``, each only
+    if missing:
+
+    - ``torchfix-venv``: torch==2.13.0 first (the CPU wheel; any other torch
+      requirement pulls CUDA packages), then torchfix==0.7.0 and flake8;
+    - ``flake8-venv``: flake8 alone (same version as here), to time
+      ``flake8 --select F`` without torchgradlint installed.
+
+    Raises:
+        subprocess.CalledProcessError: venv creation or pip failed.
+    """
+    for name, steps in (("torchfix-venv", [["torch==2.13.0"], ["torchfix==0.7.0", _flake8_pin()]]),
+                        ("flake8-venv", [[_flake8_pin()]])):
+        venv = bench_dir / name
+        if (venv / "bin" / "flake8").exists():
+            continue
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+        for reqs in steps:
+            subprocess.run(pip + reqs, check=True)
+
+
+def reaching_parser(files: list[str]) -> list[str]:
+    """The files whose text passes both of torchgradlint's prefilter stages
+    with the default rules (they are the ones it parses with LibCST)."""
+    from torchgradlint.engine import decode_source
+    from torchgradlint.prefilter import candidate_rules
+    from torchgradlint.registry import all_rules
+
+    rules = [r for r in all_rules() if r.default_enabled]
+    out = []
+    for f in files:
+        try:
+            text = decode_source(Path(f).read_bytes())
+        except (UnicodeDecodeError, SyntaxError, LookupError):
+            continue
+        if candidate_rules(text, rules):
+            out.append(f)
+    return out
 
 
 def corpus(packages: Path, cache: Path, only: Optional[list[str]] = None) -> tuple[list[str], int]:
@@ -83,17 +119,27 @@ def corpus(packages: Path, cache: Path, only: Optional[list[str]] = None) -> tup
     return files, lines
 
 
+def _script(name: str) -> str:
+    """The console script ``name`` of this interpreter's environment (what a
+    user of that environment runs), not a wrapper found first on ``PATH``
+    (pyenv's shims add about 0.25 s of bash and ``pyenv exec`` per run)."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else (shutil.which(name) or name)
+
+
 def _tgl_flags() -> list[str]:
     """``--no-cache`` when the installed CLI has a result cache (timings must
     measure linting, not cache hits)."""
-    help_text = subprocess.run(["torchgradlint", "check", "--help"], capture_output=True, text=True).stdout
+    help_text = subprocess.run([_script("torchgradlint"), "check", "--help"], capture_output=True, text=True).stdout
     return ["--no-cache"] if "--no-cache" in help_text else []
 
 
-def tools(list_file: Path, files: list[str], torchfix: Optional[Path]) -> dict[str, list[str]]:
-    """Name -> command line. The file list is passed as arguments."""
-    tgl = shutil.which("torchgradlint") or "torchgradlint"
-    flake8 = [sys.executable, "-m", "flake8", "--isolated"]
+def tools(reach_file: Path, files: list[str], venvs: dict[str, Path]) -> dict[str, list[str]]:
+    """Name -> command line. The file list is passed as arguments; the parse
+    floor reads ``reach_file`` (the files that reach the parser). ``venvs``
+    maps ``"torchfix"`` / ``"flake8"`` to the peers' venvs that exist."""
+    tgl = _script("torchgradlint")
+    flake8 = [_script("flake8"), "--isolated"]
     no_cache = _tgl_flags()
     cmds = {
         "tgl check": [tgl, "check", "--exit-zero", "-q", *no_cache, *files],
@@ -101,14 +147,17 @@ def tools(list_file: Path, files: list[str], torchfix: Optional[Path]) -> dict[s
         "flake8 --select TGL": [*flake8, "--exit-zero", "--select", "TGL", *files],
         "flake8 --select F": [*flake8, "--exit-zero", "--select", "F", *files],
         "flake8 --select F,TGL": [*flake8, "--exit-zero", "--select", "F,TGL", *files],
-        "libcst parse floor": [sys.executable, "-c", PARSE_FLOOR, ",".join(HINTS), str(list_file)],
+        "libcst parse floor": [sys.executable, "-c", PARSE_FLOOR, str(reach_file)],
     }
-    ruff = shutil.which("ruff")
+    if "flake8" in venvs:
+        cmds["flake8 --select F (no torchgradlint)"] = [str(venvs["flake8"] / "bin" / "flake8"), "--isolated",
+                                                        "--exit-zero", "--select", "F", *files]
+    ruff = shutil.which(_script("ruff"))
     if ruff:
         cmds["ruff --select ALL"] = [ruff, "check", "--isolated", "--no-cache", "--exit-zero", "-q",
                                      "--select", "ALL", *files]
-    if torchfix is not None:
-        b = torchfix / "bin"
+    if "torchfix" in venvs:
+        b = venvs["torchfix"] / "bin"
         cmds["torchfix --select ALL"] = [str(b / "torchfix"), "--select", "ALL", *files]
         cmds["flake8 --select TOR (torchfix venv)"] = [str(b / "flake8"), "--isolated", "--exit-zero",
                                                        "--select", "TOR", *files]
@@ -117,8 +166,10 @@ def tools(list_file: Path, files: list[str], torchfix: Optional[Path]) -> dict[s
     return cmds
 
 
-def measure(cmd: list[str], timeout: float) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in KiB, exit status) of one run of ``cmd``."""
+def measure(cmd: list[str], timeout: float) -> tuple[float, float, int, int]:
+    """(wall seconds, CPU seconds (user + system, the process and the
+    children it waited for), peak RSS in KiB, exit status) of one run of
+    ``cmd``."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     deadline = t0 + timeout
@@ -133,7 +184,7 @@ def measure(cmd: list[str], timeout: float) -> tuple[float, int, int]:
         time.sleep(0.005)
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
-    return wall, ru.ru_maxrss, p.returncode
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, p.returncode
 
 
 def machine() -> str:
@@ -159,53 +210,63 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cache-dir", type=Path, default=lint_real.DEFAULT_CACHE)
     ap.add_argument("--only", action="append", default=[], help="run only tools whose name contains this")
     ap.add_argument("--package", action="append", default=[], help="benchmark only this package (repeatable)")
-    ap.add_argument("--setup-torchfix", action="store_true", help="create the TorchFix venv if missing")
+    ap.add_argument("--setup", "--setup-torchfix", action="store_true",
+                    help="create the peers' venvs (TorchFix; flake8 without torchgradlint) if missing")
+    ap.add_argument("--bench-dir", type=Path, default=BENCH_DIR, help="where the venvs and file lists live")
     ap.add_argument("--no-torchfix", action="store_true")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per tool run")
     ap.add_argument("--json", type=Path, help="write the raw figures here")
     args = ap.parse_args(argv)
 
     files, lines = corpus(args.packages, args.cache_dir, args.package)
-    list_file = ROOT / ".cache" / "bench" / "files.txt"
-    list_file.parent.mkdir(parents=True, exist_ok=True)
-    list_file.write_text("\n".join(files) + "\n")
-    reach = sum(any(h in Path(f).read_text(encoding="utf-8", errors="replace") for h in HINTS) for f in files)
+    args.bench_dir.mkdir(parents=True, exist_ok=True)
+    reach_files = reaching_parser(files)
+    reach_file = args.bench_dir / "reach.txt"
+    reach_file.write_text("\n".join(reach_files) + "\n")
+    reach = len(reach_files)
 
-    torchfix: Optional[Path] = None
-    if not args.no_torchfix:
-        if not (TORCHFIX_VENV / "bin" / "torchfix").exists() and args.setup_torchfix:
-            try:
-                setup_torchfix()
-            except subprocess.CalledProcessError as exc:
-                print(f"note: TorchFix skipped, its venv could not be set up: {exc}")
-        if (TORCHFIX_VENV / "bin" / "torchfix").exists():
-            torchfix = TORCHFIX_VENV
-        else:
-            print(f"note: TorchFix skipped: no {TORCHFIX_VENV}/bin/torchfix (run with --setup-torchfix)")
+    if args.setup:
+        try:
+            setup_venvs(args.bench_dir)
+        except subprocess.CalledProcessError as exc:
+            print(f"note: a peer venv could not be set up: {exc}")
+    venvs: dict[str, Path] = {}
+    for key, exe in (("torchfix", "torchfix"), ("flake8", "flake8")):
+        venv = args.bench_dir / f"{key}-venv"
+        if (venv / "bin" / exe).exists() and not (key == "torchfix" and args.no_torchfix):
+            venvs[key] = venv
+        elif not (key == "torchfix" and args.no_torchfix):
+            print(f"note: skipped the tools of {venv} (missing; run with --setup)")
 
-    cmds = tools(list_file, files, torchfix)
+    cmds = tools(reach_file, files, venvs)
     if args.only:
         cmds = {k: v for k, v in cmds.items() if any(o in k for o in args.only)}
     print(f"machine: {machine()}")
-    print(f"corpus: {len(files)} files, {lines} lines, {reach} files mention {'/'.join(HINTS)}; "
+    print(f"corpus: {len(files)} files, {lines} lines, {reach} files reach the parser; "
           f"{args.rounds} rounds, median")
     walls: dict[str, list[float]] = {k: [] for k in cmds}
+    cpus: dict[str, list[float]] = {k: [] for k in cmds}
     rss: dict[str, int] = {k: 0 for k in cmds}
     rcs: dict[str, set] = {k: set() for k in cmds}
     for r in range(args.rounds):
         for name, cmd in cmds.items():
-            wall, peak, rc = measure(cmd, args.timeout)
+            wall, cpu, peak, rc = measure(cmd, args.timeout)
             walls[name].append(wall)
+            cpus[name].append(cpu)
             rss[name] = max(rss[name], peak)
             rcs[name].add(rc)
-            print(f"    {name}: {wall:.2f} s, {peak / 1024:.0f} MiB, exit {rc}", file=sys.stderr, flush=True)
+            print(f"    {name}: {wall:.2f} s, cpu {cpu:.2f} s, {peak / 1024:.0f} MiB, exit {rc}", file=sys.stderr,
+                  flush=True)
         print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     med = {k: statistics.median(v) for k, v in walls.items()}
-    print(f"\n{'tool':<36}{'wall s':>9}{'min':>8}{'max':>8}{'files/s':>10}{'lines/s':>11}{'peak RSS MiB':>14}  exit")
+    cpu_med = {k: statistics.median(v) for k, v in cpus.items()}
+    print(f"\n{'tool':<36}{'wall s':>9}{'min':>8}{'max':>8}{'cpu s':>8}{'files/s':>10}{'lines/s':>11}"
+          f"{'peak RSS MiB':>14}  exit")
     for k in cmds:
-        print(f"{k:<36}{med[k]:>9.2f}{min(walls[k]):>8.2f}{max(walls[k]):>8.2f}{len(files) / med[k]:>10.0f}"
-              f"{lines / med[k]:>11.0f}{rss[k] / 1024:>14.0f}  {','.join(map(str, sorted(rcs[k])))}")
+        print(f"{k:<36}{med[k]:>9.2f}{min(walls[k]):>8.2f}{max(walls[k]):>8.2f}{cpu_med[k]:>8.2f}"
+              f"{len(files) / med[k]:>10.0f}{lines / med[k]:>11.0f}{rss[k] / 1024:>14.0f}  "
+              f"{','.join(map(str, sorted(rcs[k])))}")
 
     names = list(cmds)
     print("\nratios of median wall time (row / column; < 1 means the row is faster):")
@@ -226,17 +287,22 @@ def main(argv: Optional[list[str]] = None) -> int:
          if ratio("tgl check", "torchfix --select ALL") else None, None),
         ("flake8 F,TGL / flake8 F <= 1.5", ratio("flake8 --select F,TGL", "flake8 --select F"), 1.5),
         ("tgl --jobs 1 / parse floor <= 1.5", ratio("tgl check --jobs 1", "libcst parse floor"), 1.5),
+        ("flake8 F / flake8 F without torchgradlint (no TGL selected)",
+         ratio("flake8 --select F", "flake8 --select F (no torchgradlint)"), None),
     ]
     for label, value, limit in checks:
         if value is None:
             print(f"  {label}: n/a")
+        elif label.startswith("flake8 F / "):
+            print(f"  {label}: {value:.2f}  (run-to-run spread of flake8 F: "
+                  f"{min(walls['flake8 --select F']):.2f}-{max(walls['flake8 --select F']):.2f} s)")
         elif limit is None:
             print(f"  {label}: {value:.1f}  {'met' if value >= 10 else 'NOT met'}")
         else:
             print(f"  {label}: {value:.2f}  {'met' if value <= limit else 'NOT met'}")
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "files": len(files), "lines": lines,
-                                         "reach_parser": reach, "walls": walls, "peak_rss_kib": rss,
+                                         "reach_parser": reach, "walls": walls, "cpu": cpus, "peak_rss_kib": rss,
                                          "exit": {k: sorted(v) for k, v in rcs.items()}}, indent=1))
     return 0
 

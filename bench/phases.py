@@ -2,9 +2,10 @@
 
 Usage: python bench/phases.py [--limit N] [ROOT]   (default root: .cache/realcode)
 
-Prints, for the files under ROOT: how many the text prefilter sends to the
-parser, and the seconds (and ms per parsed file) of each phase of
-``torchgradlint.engine.lint_source``: read + prefilter, LibCST parse (stock and
+Prints, for the files under ROOT: how many the prefilter (text, then Python
+``ast`` where a rule asks for it) sends to the parser, and the seconds (and ms
+per parsed file) of each phase of ``torchgradlint.engine.lint_source``: read +
+prefilter (both stages, all files), LibCST parse (stock and
 without re-validation), the analysis traversal, the rules, and positions for
 reported nodes. Ratios are against the stock ``libcst.parse_module`` floor.
 """
@@ -20,7 +21,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchgradlint.analysis import build_model
-from torchgradlint.engine import TORCH_HINTS, parse_module
+from torchgradlint.engine import parse_module
+from torchgradlint.prefilter import candidate_rules
 from torchgradlint.registry import all_rules
 
 
@@ -38,8 +40,7 @@ def main() -> None:
     for f in files:
         with open(f, encoding="utf-8", errors="replace") as fh:
             texts.append((f, fh.read()))
-    parsed = [(f, s) for f, s in texts
-              if any(h in s for h in TORCH_HINTS) and any(r.may_fire(s) for r in rules)]
+    parsed = [(f, s, active) for f, s in texts if (active := candidate_rules(s, rules))]
     t_read = time.perf_counter() - t
 
     # One file at a time through every phase, as the engine does: keeping all
@@ -48,7 +49,7 @@ def main() -> None:
     t_floor = t_parse = t_build = t_pos = 0.0
     per_rule = {r.code: 0.0 for r in rules}
     found = 0
-    for f, s in parsed:
+    for f, s, active in parsed:
         t = time.perf_counter()
         cst.parse_module(s)
         t_floor += time.perf_counter() - t
@@ -61,7 +62,7 @@ def main() -> None:
         hits = []
         for r in rules:
             t = time.perf_counter()
-            if r.may_fire(s):
+            if r in active:
                 hits += list(r().check(model))
             per_rule[r.code] += time.perf_counter() - t
         if hits:
@@ -71,7 +72,7 @@ def main() -> None:
         found += len(hits)
 
     n = max(1, len(parsed))
-    lines = sum(s.count("\n") for _, s in parsed)
+    lines = sum(s.count("\n") for _, s, _ in parsed)
     print(f"{len(files)} files, {len(parsed)} reach the parser ({lines} lines), {found} findings")
     rows = [("read + prefilter (all files)", t_read), ("libcst.parse_module (floor)", t_floor),
             ("parse without re-validation", t_parse), ("analysis traversal", t_build)]
