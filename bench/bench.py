@@ -5,7 +5,8 @@ downloaded into ``.cache/realcode/`` by ``realcode/lint_real.py``'s helpers).
 
 Every tool gets the same explicit list of files on its command line, so file
 discovery is not part of the figures. Each tool runs once per round, the
-tools interleaved; the report shows medians over the rounds.
+tools interleaved and their order rotated from round to round; the report
+shows medians over the rounds.
 
 Usage::
 
@@ -248,8 +249,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     cpus: dict[str, list[float]] = {k: [] for k in cmds}
     rss: dict[str, int] = {k: 0 for k in cmds}
     rcs: dict[str, set] = {k: set() for k in cmds}
+    order = list(cmds)
     for r in range(args.rounds):
-        for name, cmd in cmds.items():
+        # rotate the order each round, so that no tool always runs right
+        # after the same (heavy) neighbour
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            cmd = cmds[name]
             wall, cpu, peak, rc = measure(cmd, args.timeout)
             walls[name].append(wall)
             cpus[name].append(cpu)
