@@ -65,6 +65,12 @@ def _flake8_pin() -> str:
     return f"flake8=={version('flake8')}"
 
 
+def _peers() -> dict[str, list[list[str]]]:
+    """Peer tool -> pip install steps of its venv (``<tool>-venv/bin/<tool>``)."""
+    return {"torchfix": [["torch==2.13.0"], ["torchfix==0.7.0", _flake8_pin()]],
+            "flake8": [[_flake8_pin()]]}
+
+
 def setup_venvs(bench_dir: Path = BENCH_DIR) -> None:
     """Create the peers' virtual environments under ``bench_dir``, each only
     if missing:
@@ -77,34 +83,14 @@ def setup_venvs(bench_dir: Path = BENCH_DIR) -> None:
     Raises:
         subprocess.CalledProcessError: venv creation or pip failed.
     """
-    for name, steps in (("torchfix-venv", [["torch==2.13.0"], ["torchfix==0.7.0", _flake8_pin()]]),
-                        ("flake8-venv", [[_flake8_pin()]])):
-        venv = bench_dir / name
-        if (venv / "bin" / "flake8").exists():
+    for peer, steps in _peers().items():
+        venv = bench_dir / f"{peer}-venv"
+        if (venv / "bin" / peer).exists():
             continue
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
         for reqs in steps:
             subprocess.run(pip + reqs, check=True)
-
-
-def reaching_parser(files: list[str]) -> list[str]:
-    """The files whose text passes both of torchgradlint's prefilter stages
-    with the default rules (they are the ones it parses with LibCST)."""
-    from torchgradlint.engine import decode_source
-    from torchgradlint.prefilter import candidate_rules
-    from torchgradlint.registry import all_rules
-
-    rules = [r for r in all_rules() if r.default_enabled]
-    out = []
-    for f in files:
-        try:
-            text = decode_source(Path(f).read_bytes())
-        except (UnicodeDecodeError, SyntaxError, LookupError):
-            continue
-        if candidate_rules(text, rules):
-            out.append(f)
-    return out
 
 
 def corpus(packages: Path, cache: Path, only: Optional[list[str]] = None) -> tuple[list[str], int]:
@@ -153,7 +139,7 @@ def tools(reach_file: Path, files: list[str], venvs: dict[str, Path]) -> dict[st
     if "flake8" in venvs:
         cmds["flake8 --select F (no torchgradlint)"] = [str(venvs["flake8"] / "bin" / "flake8"), "--isolated",
                                                         "--exit-zero", "--select", "F", *files]
-    ruff = shutil.which(_script("ruff"))
+    ruff = shutil.which(_script("ruff"))  # None when ruff is not installed
     if ruff:
         cmds["ruff --select ALL"] = [ruff, "check", "--isolated", "--no-cache", "--exit-zero", "-q",
                                      "--select", "ALL", *files]
@@ -221,7 +207,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     files, lines = corpus(args.packages, args.cache_dir, args.package)
     args.bench_dir.mkdir(parents=True, exist_ok=True)
-    reach_files = reaching_parser(files)
+    reach_files = [f for f in files if lint_real.reaches_parser(Path(f).read_bytes())]
     reach_file = args.bench_dir / "reach.txt"
     reach_file.write_text("\n".join(reach_files) + "\n")
     reach = len(reach_files)
@@ -232,11 +218,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         except subprocess.CalledProcessError as exc:
             print(f"note: a peer venv could not be set up: {exc}")
     venvs: dict[str, Path] = {}
-    for key, exe in (("torchfix", "torchfix"), ("flake8", "flake8")):
-        venv = args.bench_dir / f"{key}-venv"
-        if (venv / "bin" / exe).exists() and not (key == "torchfix" and args.no_torchfix):
-            venvs[key] = venv
-        elif not (key == "torchfix" and args.no_torchfix):
+    for peer in _peers():
+        if peer == "torchfix" and args.no_torchfix:
+            continue
+        venv = args.bench_dir / f"{peer}-venv"
+        if (venv / "bin" / peer).exists():
+            venvs[peer] = venv
+        else:
             print(f"note: skipped the tools of {venv} (missing; run with --setup)")
 
     cmds = tools(reach_file, files, venvs)

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import libcst as cst  # noqa: E402
 
-from prefilter_oracle import counterexamples, stage2_rejects  # noqa: E402
+from prefilter_oracle import counterexamples  # noqa: E402
 from torchgradlint.engine import decode_source  # noqa: E402
-from torchgradlint.prefilter import TORCH_HINTS  # noqa: E402
+from torchgradlint.prefilter import TORCH_HINTS, lacks_grad_evidence  # noqa: E402
 from torchgradlint.registry import get_rule  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
         if not (any(h in text for h in TORCH_HINTS) and tgl101.may_fire(text)):
             continue
         candidates += 1
-        if not stage2_rejects(text):
+        if not lacks_grad_evidence(text):
             continue
         rejected += 1
         try:

@@ -48,18 +48,26 @@ PACKAGES = HERE / "packages.toml"
 BASELINE = HERE / "baseline.json"
 DEFAULT_CACHE = ROOT / ".cache" / "realcode"
 SKIP_DIRS = {"__pycache__", ".git", ".hg", ".tox", ".venv", "venv", "node_modules"}
-# The engine's own prefilter (both stages), to count the files that reach the parser.
+# The engine's own decoding and prefilter (both stages), to count the files
+# that reach the parser (also used by bench/bench.py).
 try:
+    from torchgradlint.engine import decode_source
     from torchgradlint.prefilter import candidate_rules
     from torchgradlint.registry import all_rules
 
     _DEFAULT_RULES = [r for r in all_rules() if r.default_enabled]
 
-    def _reaches_parser(text: str) -> bool:
+    def reaches_parser(data: bytes) -> bool:
+        """Whether torchgradlint, with its default rules, parses a file with these bytes."""
+        try:
+            text = decode_source(data)
+        except (UnicodeDecodeError, SyntaxError, LookupError):
+            return False
         return bool(candidate_rules(text, _DEFAULT_RULES))
 except Exception:  # pragma: no cover - torchgradlint not importable
-    def _reaches_parser(text: str) -> bool:
-        return "torch" in text or "backward" in text
+    def reaches_parser(data: bytes) -> bool:
+        """Approximation without torchgradlint: the file mentions torch or backward."""
+        return b"torch" in data or b"backward" in data
 
 
 @dataclass
@@ -178,8 +186,7 @@ def _count(root: Path, files: list[str]) -> tuple[int, int]:
     for f in files:
         data = (root / f).read_bytes()
         lines += data.count(b"\n")
-        text = data.decode("utf-8", errors="replace")
-        pre += _reaches_parser(text)
+        pre += reaches_parser(data)
     return lines, pre
 
 

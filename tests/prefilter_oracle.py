@@ -1,8 +1,8 @@
 """Oracle for the prefilter's second stage (:mod:`torchgradlint.prefilter`).
 
-Stage 2 claims: a file that spells none of ``GRAD_EVIDENCE`` and runs no
-loop, no ``self`` and no call to a same-file function at module or class
-scope has no backward call and no fact that runs with grad mode known
+Stage 2 (:func:`torchgradlint.prefilter.lacks_grad_evidence`) claims: a
+file that spells none of ``GRAD_EVIDENCE`` and runs no loop, no ``self`` and
+no call to a same-file function at module or class scope has no backward call and no fact that runs with grad mode known
 ENABLED inside a loop, inside a function, or on ``self``. This module checks
 that claim against the full LibCST analysis of a file; used by
 ``tests/test_prefilter.py`` and by ``realcode/check_prefilter.py`` on the
@@ -17,16 +17,6 @@ from torchgradlint.analysis import build_model
 from torchgradlint.analysis.model import GradMode
 from torchgradlint.analysis.steps import backward_call
 from torchgradlint.engine import parse_module
-from torchgradlint.prefilter import GRAD_EVIDENCE, python_ast, runs_code_at_definition_time
-
-
-def stage2_rejects(source: str) -> bool:
-    """Whether stage 2 keeps ``source`` away from LibCST (for a rule with
-    ``needs_grad_evidence``)."""
-    if any(tok in source for tok in GRAD_EVIDENCE):
-        return False
-    tree = python_ast(source)
-    return tree is not None and not runs_code_at_definition_time(tree)
 
 
 def _mentions_self(fact) -> bool:

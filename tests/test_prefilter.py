@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from prefilter_oracle import counterexamples, stage2_rejects
+from prefilter_oracle import counterexamples
 from torchgradlint.engine import lint_source
 from torchgradlint.fixture_spec import load_fixtures
-from torchgradlint.prefilter import candidate_rules, python_ast, runs_code_at_definition_time
+from torchgradlint.prefilter import candidate_rules, lacks_grad_evidence, python_ast, runs_code_at_definition_time
 from torchgradlint.registry import all_rules, get_rule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_stage2_claim_holds_on_every_file_of_the_repository():
     bad: list[str] = []
     for path in _corpus():
         text = path.read_text()
-        if stage2_rejects(text):
+        if lacks_grad_evidence(text):
             rejected += 1
             bad += counterexamples(text, str(path.relative_to(ROOT)))
     assert bad == []
@@ -142,7 +142,7 @@ def test_stage2_claim_holds_on_every_file_of_the_repository():
         """),
 ])
 def test_stage2_claim_on_library_shapes(source):
-    assert stage2_rejects(source)
+    assert lacks_grad_evidence(source)
     assert counterexamples(source) == []
 
 
@@ -165,4 +165,4 @@ def test_stage2_claim_on_library_shapes(source):
 def test_definition_time_code_makes_grad_mode_known(source):
     # the analysis does see grad mode ENABLED here, and stage 2 keeps the file
     assert counterexamples(source) != []
-    assert not stage2_rejects(source)
+    assert not lacks_grad_evidence(source)

@@ -17,7 +17,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from .analysis import build_model
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file
 from .noqa import NoqaFilter
-from .prefilter import TORCH_HINTS, candidate_rules  # noqa: F401  (TORCH_HINTS: re-exported)
+from .prefilter import candidate_rules
 from .registry import Rule
 
 def _no_validation(self: cst.CSTNode) -> None:
@@ -77,8 +77,6 @@ def parse_module(source: str) -> cst.Module:
     """
     with _parser_output_unvalidated():
         return cst.parse_module(source)
-
-
 
 
 def decode_source(data: bytes) -> str:

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import ast
-from typing import Any, Iterator
-
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import __version__
 from .rules import RULE_CODES

@@ -105,15 +105,24 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]],
     if not any(h in source for h in TORCH_HINTS):
         return []
     active = [r for r in rules if r.may_fire(source)]
-    if not active or not all(r.needs_grad_evidence for r in active):
-        return active
+    if active and all(r.needs_grad_evidence for r in active) and lacks_grad_evidence(source, tree):
+        return []
+    return active
+
+
+def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
+    """Stage 2's verdict: ``True`` when ``source`` spells none of
+    :data:`GRAD_EVIDENCE` and Python's ``ast`` shows no code running at
+    definition time (:func:`runs_code_at_definition_time`), so a rule with
+    ``needs_grad_evidence`` cannot fire on it. ``False`` also when Python's
+    parser rejects the text. ``tree`` is built from ``source`` when not given.
+    """
     if any(tok in source for tok in GRAD_EVIDENCE):
-        return active
+        return False
     if tree is None:
         tree = python_ast(source)
-    if tree is None or runs_code_at_definition_time(tree):
-        return active
-    return []
+    return tree is not None and not runs_code_at_definition_time(tree)
 
 
-__all__ = ["TORCH_HINTS", "GRAD_EVIDENCE", "python_ast", "runs_code_at_definition_time", "candidate_rules"]
+__all__ = ["TORCH_HINTS", "GRAD_EVIDENCE", "python_ast", "runs_code_at_definition_time", "lacks_grad_evidence",
+           "candidate_rules"]
