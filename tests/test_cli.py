@@ -8,19 +8,13 @@ import textwrap
 
 import pytest
 
-from torchgradlint import config
 from torchgradlint.cli import main
 from snippets import MISSING_ZERO_GRAD
 
 BAD = MISSING_ZERO_GRAD
 
 
-@pytest.fixture(autouse=True)
-def _chdir(tmp_path, monkeypatch):
-    config.clear_cache()
-    monkeypatch.chdir(tmp_path)
-    yield
-    config.clear_cache()
+pytestmark = pytest.mark.usefixtures("isolated_cwd")  # tests/conftest.py
 
 
 def run(capsys, *argv):

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from torchgradlint import config
 from torchgradlint.cli import main
 from torchgradlint.notebook import join_cells, json_positions
 
@@ -34,12 +33,7 @@ LOOP = code("files = !ls", "for _ in range(3):", "    %time y = 1", "    loss = 
             "    loss.backward()", "    opt.step()")
 
 
-@pytest.fixture(autouse=True)
-def _chdir(tmp_path, monkeypatch):
-    config.clear_cache()
-    monkeypatch.chdir(tmp_path)
-    yield
-    config.clear_cache()
+pytestmark = pytest.mark.usefixtures("isolated_cwd")  # tests/conftest.py
 
 
 def write_nb(path, nb, indent=1):

@@ -121,16 +121,19 @@ def test_stage2_claim_holds_on_every_file_of_the_repository():
     assert rejected >= 20  # the claim was exercised on real files
 
 
+EVALUATE_HELPER = _src("""
+    import torch
+    def evaluate(model, loader):
+        outs = []
+        for x in loader:
+            outs.append(model(x))
+        return outs
+    """)
+
+
 @pytest.mark.parametrize("source", [
     LIBRARY_MODULE,
-    _src("""
-        import torch
-        def evaluate(model, loader):
-            outs = []
-            for x in loader:
-                outs.append(model(x))
-            return outs
-        """),
+    EVALUATE_HELPER,
     _src("""
         import torch
         class Loop:
@@ -147,15 +150,7 @@ def test_stage2_claim_on_library_shapes(source):
 
 
 @pytest.mark.parametrize("source", [
-    _src("""
-        import torch
-        def evaluate(model, loader):
-            outs = []
-            for x in loader:
-                outs.append(model(x))
-            return outs
-        outs = evaluate(net, data)
-        """),
+    EVALUATE_HELPER + "outs = evaluate(net, data)\n",  # the helper now runs at import time
     _src("""
         import torch
         for x in loader:
