@@ -1,6 +1,9 @@
-"""Content-hash cache: hits skip linting, any change misses, concurrent runs are safe."""
+"""Content-hash cache: hits skip linting, any change misses, concurrent runs
+are safe, one index per run is read and written at most once."""
 
 import json
+import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +34,14 @@ def check(capsys, *args):
     return rc, json.loads(out)
 
 
+def indexes(cache_dir):
+    return sorted(Path(cache_dir).rglob("index.json"))
+
+
 def entries(cache_dir):
-    return sorted(p for p in Path(cache_dir).rglob("*.json"))
+    """The entries of the one index under ``cache_dir``."""
+    (index,) = indexes(cache_dir)
+    return json.loads(index.read_text())["entries"]
 
 
 def test_second_run_is_answered_from_the_cache(tree, capsys, monkeypatch):
@@ -69,14 +78,68 @@ def test_no_cache_writes_nothing(tree, capsys):
     assert not Path(".torchgradlint_cache").exists()
 
 
-def test_cache_dir_option_and_corrupt_entries(tree, capsys, tmp_path):
+@pytest.mark.parametrize("corruption", ["{not json", '{"format": 2, "entries": []}',
+                                        '{"format": 2, "entries": {"x": 1}}'])
+def test_cache_dir_option_and_corrupt_index(tree, capsys, tmp_path, monkeypatch, corruption):
     where = tmp_path / "elsewhere"
     _, first = check(capsys, "--cache-dir", str(where), str(tree))
-    for entry in entries(where):
-        entry.write_text("{not json")
+    assert not Path(".torchgradlint_cache").exists()
+    (index,) = indexes(where)
+    index.write_text(corruption)
+    linted = []
+    real = runner._lint_one
+    monkeypatch.setattr(runner, "_lint_one", lambda args: linted.append(Path(args[0]).name) or real(args))
     _, second = check(capsys, "--cache-dir", str(where), str(tree))
-    assert second == first
-    assert all(json.loads(e.read_text()) for e in entries(where))  # rewritten whole
+    assert second == first and sorted(linted) == ["bad.py", "ok.py"]
+    assert len(entries(where)) == 2  # rewritten whole
+
+
+def test_corrupt_entry_is_a_miss(tmp_path):
+    cache = Cache(tmp_path, fingerprint="0" * 16)
+    key = cache.key(b"x", "f.py", "sel")
+    cache.index_path.parent.mkdir(parents=True)
+    cache.index_path.write_text(json.dumps({"format": 2, "entries": {key[0]: [key[1], 1, 0, [["TGL001"]]]}}))
+    assert cache.get(key, "f.py") is None
+
+
+def test_a_fully_cached_run_writes_nothing(tree, capsys):
+    check(capsys, str(tree))
+    (index,) = indexes(".torchgradlint_cache")
+    before = index.stat()
+    check(capsys, str(tree))
+    after = index.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_old_entries_and_stale_fingerprints_are_pruned(tmp_path):
+    today = int(time.time() // 86400)
+    old = Cache(tmp_path, fingerprint="a" * 16)
+    old.put(old.key(b"x", "f.py", "s"), [], False)
+    old.save()
+    month_ago = time.time() - 31 * 86400
+    os.utime(old.index_path.parent, (month_ago, month_ago))
+    recent = Cache(tmp_path, fingerprint="b" * 16)
+    recent.put(recent.key(b"x", "f.py", "s"), [], False)
+    recent.save()
+
+    cache = Cache(tmp_path, fingerprint="c" * 16)
+    stale, used, fresh = (cache.key(b"1", "stale.py", "s"), cache.key(b"2", "used.py", "s"),
+                          cache.key(b"3", "fresh.py", "s"))
+    for key in (stale, used, fresh):
+        cache.put(key, [], True)
+    cache.save()
+    index = json.loads(cache.index_path.read_text())
+    for key in (stale, used):
+        index["entries"][key[0]][2] = today - 31  # last used a month ago
+    cache.index_path.write_text(json.dumps(index))
+
+    again = Cache(tmp_path, fingerprint="c" * 16)
+    assert again.get(used, "used.py") == ([], True)  # an old entry still answers, and is used today
+    new = again.key(b"4", "new.py", "s")
+    again.put(new, [], False)
+    again.save()
+    assert set(json.loads(cache.index_path.read_text())["entries"]) == {used[0], fresh[0], new[0]}
+    assert not (tmp_path / ("a" * 16)).exists() and (tmp_path / ("b" * 16)).exists()
 
 
 def test_key_covers_bytes_name_selection_and_tool(tmp_path):
@@ -101,6 +164,18 @@ def test_concurrent_runs_are_safe(tmp_path):
     assert results[0] == results[1] == results[2] and len(results[0]) == 30
     assert len(entries(tmp_path / ".torchgradlint_cache")) == 30
     assert not list((tmp_path / ".torchgradlint_cache").rglob(".tmp-*"))
+
+
+def test_a_save_merges_what_a_concurrent_run_wrote(tmp_path):
+    first, second = Cache(tmp_path, fingerprint="f" * 16), Cache(tmp_path, fingerprint="f" * 16)
+    a, b = first.key(b"a", "a.py", "s"), second.key(b"b", "b.py", "s")
+    assert first.get(a, "a.py") is None and second.get(b, "b.py") is None  # both read the empty index
+    first.put(a, [], True)
+    second.put(b, [], False)
+    first.save()
+    second.save()
+    third = Cache(tmp_path, fingerprint="f" * 16)
+    assert third.get(a, "a.py") == ([], True) and third.get(b, "b.py") == ([], False)
 
 
 def test_a_fully_cached_run_does_not_import_libcst(tree):

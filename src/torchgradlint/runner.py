@@ -14,7 +14,7 @@ from .diagnostics import Diagnostic, read_file
 from .registry import Rule, get_rule
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .cache import Cache
+    from .cache import Cache, EntryKey
 
 # Below this many files the pool's start-up costs more than it saves.
 POOL_THRESHOLD = 16
@@ -77,7 +77,8 @@ def lint_paths(
         codes_for: per-file rule codes (config-aware); overrides ``rules``.
             Called in this process, so it may raise (e.g. a config error).
         progress: called once per finished file (for a progress bar).
-        cache: content-hash cache; files whose entry exists are not linted.
+        cache: content-hash cache; files whose entry exists are not linted;
+            saved once, when the run ends.
         selection_for: per-file text that determines the rule selection
             (part of the cache key; default: the rule codes).
         before_linting: called once before linting, unless the cache answers
@@ -86,7 +87,7 @@ def lint_paths(
     """
     codes = tuple(r.code for r in rules)
     out = RunResult(files=len(files))
-    pending: list[tuple[str, Optional[bytes], Optional[str]]] = []
+    pending: "list[tuple[str, Optional[bytes], Optional[EntryKey]]]" = []
     hits = 0
     for f in files:
         if cache is None:
@@ -134,6 +135,8 @@ def lint_paths(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        if cache is not None:
+            cache.save()
     out.diagnostics.sort(key=order_key)
     return out
 
