@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""Check the prefilter's second stage against the full analysis on the
-real-code corpus (``.cache/realcode/src``, filled by ``lint_real.py``).
+"""Check the prefilter's claims against the full analysis on the real-code
+corpus (``.cache/realcode/src``, filled by ``lint_real.py``).
 
 For every ``.py`` file that stage 2 would keep away from LibCST (for TGL101),
 parse it anyway and ask the analysis whether any backward call or any fact
 running with grad mode known enabled in a loop, a function or on ``self``
-exists (``tests/prefilter_oracle.py``). Prints the counts and every
+exists; for every torch file that stage 1 says cannot call a backward (so
+the rules with ``needs_backward`` are dropped), whether the analysis finds a
+backward call (``tests/prefilter_oracle.py``). Prints the counts and every
 counterexample; exits 1 if there is one.
 
 Usage::
@@ -23,9 +25,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import libcst as cst  # noqa: E402
 
-from prefilter_oracle import counterexamples  # noqa: E402
+from prefilter_oracle import backward_counterexamples, counterexamples  # noqa: E402
 from torchgradlint.engine import decode_source  # noqa: E402
-from torchgradlint.prefilter import TORCH_HINTS, lacks_grad_evidence  # noqa: E402
+from torchgradlint.prefilter import TORCH_HINTS, lacks_grad_evidence, may_call_backward  # noqa: E402
 from torchgradlint.registry import get_rule  # noqa: E402
 
 
@@ -35,7 +37,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {src} is not a directory (run realcode/lint_real.py first)", file=sys.stderr)
         return 2
     tgl101 = get_rule("TGL101")
-    files = candidates = rejected = unparsable = 0
+    files = candidates = rejected = no_backward = unparsable = 0
     bad: list[str] = []
     for path in sorted(src.rglob("*.py")):
         files += 1
@@ -43,18 +45,25 @@ def main(argv: list[str]) -> int:
             text = decode_source(path.read_bytes())
         except (UnicodeDecodeError, SyntaxError, LookupError):
             continue
-        if not (any(h in text for h in TORCH_HINTS) and tgl101.may_fire(text)):
+        if not any(h in text for h in TORCH_HINTS):
             continue
-        candidates += 1
-        if not lacks_grad_evidence(text):
-            continue
-        rejected += 1
+        name = str(path.relative_to(src))
         try:
-            bad += counterexamples(text, str(path.relative_to(src)))
+            if not may_call_backward(text):
+                no_backward += 1
+                bad += backward_counterexamples(text, name)
+            if not tgl101.may_fire(text):
+                continue
+            candidates += 1
+            if not lacks_grad_evidence(text):
+                continue
+            rejected += 1
+            bad += counterexamples(text, name)
         except (cst.ParserSyntaxError, RecursionError):
             unparsable += 1
-    print(f"{files} files, {candidates} pass TGL101's text stage, {rejected} kept from LibCST by stage 2, "
-          f"{unparsable} of those LibCST cannot parse, {len(bad)} counterexamples")
+    print(f"{files} files, {no_backward} torch files that cannot call a backward (stage 1), {candidates} pass "
+          f"TGL101's text stage, {rejected} kept from LibCST by stage 2, {unparsable} LibCST cannot parse, "
+          f"{len(bad)} counterexamples")
     for line in bad:
         print("  " + line)
     return 1 if bad else 0

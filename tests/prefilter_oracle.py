@@ -1,12 +1,15 @@
-"""Oracle for the prefilter's second stage (:mod:`torchgradlint.prefilter`).
+"""Oracle for the prefilter's claims (:mod:`torchgradlint.prefilter`).
 
-Stage 2 (:func:`torchgradlint.prefilter.lacks_grad_evidence`) claims: a
-file that spells none of ``GRAD_EVIDENCE`` and runs no loop, no ``self`` and
-no call to a same-file function at module or class scope has no backward call and no fact that runs with grad mode known
-ENABLED inside a loop, inside a function, or on ``self``. This module checks
-that claim against the full LibCST analysis of a file; used by
-``tests/test_prefilter.py`` and by ``realcode/check_prefilter.py`` on the
-real-code corpus.
+Stage 1's backward test (:func:`torchgradlint.prefilter.may_call_backward`)
+claims: a file for which it is ``False`` has no call that the analysis
+classifies as a backward. Stage 2
+(:func:`torchgradlint.prefilter.lacks_grad_evidence`) claims: a file that
+cannot call a backward, spells none of ``GRAD_EVIDENCE`` and runs no loop, no
+``self`` and no call to a same-file function at module or class scope has no
+backward call and no fact that runs with grad mode known ENABLED inside a
+loop, inside a function, or on ``self``. This module checks both claims
+against the full LibCST analysis of a file; used by ``tests/test_prefilter.py``
+and by ``realcode/check_prefilter.py`` on the real-code corpus.
 """
 
 from __future__ import annotations
@@ -25,14 +28,23 @@ def _mentions_self(fact) -> bool:
     return any(t and (t == "self" or t.startswith("self.")) for t in texts)
 
 
+def backward_counterexamples(source: str, path: str = "<src>") -> list[str]:
+    """Backward calls in ``source`` (the stage-1 claim is that a file with
+    ``may_call_backward(source) == False`` has none). Raises
+    ``libcst.ParserSyntaxError`` if LibCST cannot parse."""
+    model = build_model(parse_module(source), source, path)
+    return _backward_calls(model, path)
+
+
+def _backward_calls(model, path: str) -> list[str]:
+    return [f"{path}: backward call {c.func_text}" for c in model.calls if backward_call(model, c) is not None]
+
+
 def counterexamples(source: str, path: str = "<src>") -> list[str]:
     """Facts of ``source`` that contradict stage 2's claim (empty when the
     claim holds). Raises ``libcst.ParserSyntaxError`` if LibCST cannot parse."""
     model = build_model(parse_module(source), source, path)
-    bad = []
-    for c in model.calls:
-        if backward_call(model, c) is not None:
-            bad.append(f"{path}: backward call {c.func_text}")
+    bad = _backward_calls(model, path)
     for f in chain(model.calls, model.assigns):
         if model.grad_mode(f) is not GradMode.ENABLED:
             continue

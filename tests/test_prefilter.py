@@ -5,10 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from prefilter_oracle import counterexamples
+from prefilter_oracle import backward_counterexamples, counterexamples
 from torchgradlint.engine import lint_source
 from torchgradlint.fixture_spec import load_fixtures
-from torchgradlint.prefilter import candidate_rules, lacks_grad_evidence, python_ast, runs_code_at_definition_time
+from torchgradlint.prefilter import (
+    candidate_rules,
+    lacks_grad_evidence,
+    may_call_backward,
+    python_ast,
+    runs_code_at_definition_time,
+)
 from torchgradlint.registry import all_rules, get_rule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +74,44 @@ def test_grad_evidence_keeps_the_file(extra):
     assert candidate_rules(LIBRARY_MODULE + extra, [TGL101]) == [TGL101]
 
 
+@pytest.mark.parametrize("source, calls", [
+    ("loss.backward()\n", True),
+    ("(loss * 2).backward(retain_graph=True)\n", True),
+    ("loss . backward ()\n", True),
+    ("(loss.\n    backward())\n", True),  # a newline inside brackets
+    ("(loss.  # why\n    backward())\n", True),  # and a comment
+    ("loss.\\\n    backward()\n", True),  # a line continuation
+    ("self.manual_backward(loss)\n", True),
+    ("accelerator.backward(loss)\n", True),
+    ("from torch import autograd\nautograd.grad(y, [x])\n", True),
+    ("from torch.autograd import backward as bw\nbw([y])\n", True),
+    ("x.backward_hook()\nregister_backward_hook(f)\n", False),
+    ("# run the LSTM forward and backward\nbackward_states = lstm(x)\n", False),
+    ("def backward(ctx, grad):\n    return grad\n", False),
+    ("# Helpers.\n" + "#" * 80 + "\n" + "# " * 200 + "\n", False),  # a banner: answered at once, not by
+    ("x = (a.\n" + "#" * 80 + "\n  backward())\n", True),           # backtracking through every split
+])
+def test_may_call_backward(source, calls):
+    assert may_call_backward(source) is calls
+    assert (backward_counterexamples(source) != []) is calls  # the analysis agrees
+
+
+def test_rules_that_need_a_backward_are_dropped_without_one():
+    source = _src("""
+        import torch
+        def run(model, optimizer, loader, lstm):
+            forward_states, backward_states = lstm(loader)  # no backward call here
+            for x in loader:
+                optimizer.step()
+                with torch.no_grad():
+                    y = model(x)
+        """)
+    codes = [r.code for r in candidate_rules(source, all_rules())]
+    assert codes == ["TGL201"]  # TGL001 and TGL002 need a backward (TGL101's text stage fails)
+    with_backward = source.replace("optimizer.step()", "optimizer.step()\n        y.backward()")
+    assert [r.code for r in candidate_rules(with_backward, all_rules())] == ["TGL001", "TGL002", "TGL201"]
+
+
 def test_other_candidate_rules_keep_the_file():
     source = LIBRARY_MODULE + "        with torch.no_grad():\n            pass\n"
     assert get_rule("TGL201") in candidate_rules(source, all_rules())
@@ -119,6 +163,20 @@ def test_stage2_claim_holds_on_every_file_of_the_repository():
             bad += counterexamples(text, str(path.relative_to(ROOT)))
     assert bad == []
     assert rejected >= 20  # the claim was exercised on real files
+
+
+def test_backward_claim_holds_on_every_file_of_the_repository():
+    """Stage 1's backward test, checked against the analysis of every file
+    of the repository that it says cannot call a backward."""
+    without = 0
+    bad: list[str] = []
+    for path in _corpus():
+        text = path.read_text()
+        if not may_call_backward(text):
+            without += 1
+            bad += backward_counterexamples(text, str(path.relative_to(ROOT)))
+    assert bad == []
+    assert without >= 20
 
 
 EVALUATE_HELPER = _src("""

@@ -6,6 +6,11 @@ never to drop a finding (``tests/test_prefilter.py``):
 
 1. **Text.** The file must mention one of :data:`TORCH_HINTS`, and a rule is
    a candidate only if its substring groups (:attr:`Rule.prefilter`) match.
+   A rule with :attr:`Rule.needs_backward` (it fires only at or around a
+   backward call) is a candidate only if the file can call one
+   (:func:`may_call_backward`): a ``.backward`` / ``.manual_backward``
+   attribute, or ``autograd`` spelled somewhere. The word "backward" in a
+   name (``backward_hook``), a docstring or an LSTM's direction is not one.
 2. **Syntax**, on Python's built-in :mod:`ast` (about a tenth of a LibCST
    parse, and free in the flake8 plugin, which gets flake8's tree). Only for
    rules with :attr:`Rule.needs_grad_evidence`: rules that can fire only
@@ -13,9 +18,10 @@ never to drop a finding (``tests/test_prefilter.py``):
    mode *known* enabled inside a loop (TGL101). Grad mode is known enabled
    only at module or class scope, under ``torch.enable_grad()`` /
    ``set_grad_enabled(True)``, or in a function whose same-file call sites
-   all run with it enabled (``FileModel.base_mode``). So a file that spells
-   none of :data:`GRAD_EVIDENCE` and runs, at module or class scope, no loop
-   and no call to a function it defines cannot hold such a finding.
+   all run with it enabled (``FileModel.base_mode``). So a file that cannot
+   call a backward, spells none of :data:`GRAD_EVIDENCE` and runs, at module
+   or class scope, no loop and no call to a function it defines cannot hold
+   such a finding.
    Library modules (methods only) are the common case: on lightning 2.6.6
    this stage keeps 140 of the 210 torch files away from LibCST.
 
@@ -26,6 +32,7 @@ PyTorch docs: "Locally disabling gradient computation"
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -35,10 +42,19 @@ if TYPE_CHECKING:  # pragma: no cover
 # A file that mentions none of these cannot hold a finding of any rule.
 TORCH_HINTS = ("torch", "backward")
 
-# Spellings of a backward (``.backward()``, ``manual_backward``,
-# ``torch.autograd.grad`` / ``.backward`` however imported) and of the APIs
-# that enable grad mode.
-GRAD_EVIDENCE = ("backward", "autograd", "enable_grad", "set_grad_enabled")
+# Spellings of the APIs that enable grad mode, and of ``torch.autograd``
+# (``torch.autograd.grad`` / ``.backward`` cannot be reached, however
+# imported, without spelling it).
+GRAD_EVIDENCE = ("autograd", "enable_grad", "set_grad_enabled")
+
+# What ``analysis.steps.backward_call`` recognises besides ``torch.autograd``:
+# a call of a ``.backward`` or ``.manual_backward`` attribute. Between the dot
+# and the name Python allows spaces, line continuations and, inside brackets,
+# newlines and comments; all are matched. Strings and comments that merely
+# look like one only keep a file (never drop a finding). A comment is matched
+# through its newline so that the gap splits one way only: ``#[^\n]*`` alone
+# made a banner line (``.`` then a line of 30 ``#``) backtrack exponentially.
+_BACKWARD_ATTRIBUTE = re.compile(r"\.(?:[ \t\f\r\n\\]|#[^\n]*\n)*(?:manual_)?backward\b")
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
@@ -91,6 +107,13 @@ def runs_code_at_definition_time(tree: ast.Module) -> bool:
     return any(isinstance(n, _DEFS) and n.name in called for n in ast.walk(tree))
 
 
+def may_call_backward(source: str) -> bool:
+    """``False`` only when ``source`` holds no call that
+    ``analysis.steps.backward_call`` classifies as a backward: no
+    ``.backward`` / ``.manual_backward`` attribute and no ``autograd``."""
+    return "autograd" in source or _BACKWARD_ATTRIBUTE.search(source) is not None
+
+
 def candidate_rules(source: str, rules: Sequence[type["Rule"]],
                     tree: Optional[ast.Module] = None) -> list[type["Rule"]]:
     """The rules of ``rules`` that can fire on ``source``; empty means the
@@ -105,24 +128,27 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]],
     if not any(h in source for h in TORCH_HINTS):
         return []
     active = [r for r in rules if r.may_fire(source)]
+    if any(r.needs_backward for r in active) and not may_call_backward(source):
+        active = [r for r in active if not r.needs_backward]
     if active and all(r.needs_grad_evidence for r in active) and lacks_grad_evidence(source, tree):
         return []
     return active
 
 
 def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
-    """Stage 2's verdict: ``True`` when ``source`` spells none of
-    :data:`GRAD_EVIDENCE` and Python's ``ast`` shows no code running at
-    definition time (:func:`runs_code_at_definition_time`), so a rule with
+    """Stage 2's verdict: ``True`` when ``source`` cannot call a backward
+    (:func:`may_call_backward`), spells none of :data:`GRAD_EVIDENCE` and
+    Python's ``ast`` shows no code running at definition time
+    (:func:`runs_code_at_definition_time`), so a rule with
     ``needs_grad_evidence`` cannot fire on it. ``False`` also when Python's
     parser rejects the text. ``tree`` is built from ``source`` when not given.
     """
-    if any(tok in source for tok in GRAD_EVIDENCE):
+    if any(tok in source for tok in GRAD_EVIDENCE) or may_call_backward(source):
         return False
     if tree is None:
         tree = python_ast(source)
     return tree is not None and not runs_code_at_definition_time(tree)
 
 
-__all__ = ["TORCH_HINTS", "GRAD_EVIDENCE", "python_ast", "runs_code_at_definition_time", "lacks_grad_evidence",
-           "candidate_rules"]
+__all__ = ["TORCH_HINTS", "GRAD_EVIDENCE", "python_ast", "runs_code_at_definition_time", "may_call_backward",
+           "lacks_grad_evidence", "candidate_rules"]

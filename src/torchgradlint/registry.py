@@ -58,6 +58,10 @@ class Rule:
         prefilter: groups of substrings; a file can hold a finding only if,
             for every group, it contains at least one of the group's strings.
             Used to skip files before parsing; must never drop a finding.
+        needs_backward: ``True`` for a rule that fires only in files with a
+            call that ``analysis.steps.backward_call`` classifies as a
+            backward; :mod:`.prefilter` drops it from files that cannot
+            call one (its first, text stage).
         needs_grad_evidence: ``True`` for a rule that fires only where a
             backward runs in the same function or where grad mode is known
             enabled inside a loop; such a rule lets :mod:`.prefilter` skip
@@ -70,6 +74,7 @@ class Rule:
     docs: ClassVar[str] = ""
     default_enabled: ClassVar[bool] = True
     prefilter: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    needs_backward: ClassVar[bool] = False
     needs_grad_evidence: ClassVar[bool] = False
 
     def check(self, model: "FileModel") -> Iterator[Finding]:  # pragma: no cover - abstract

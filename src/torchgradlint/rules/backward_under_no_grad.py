@@ -32,6 +32,8 @@ class BackwardUnderNoGrad(Rule):
     name = "backward-under-no-grad"
     summary = "backward on a tensor computed under no_grad, or create_graph=True under no_grad"
     prefilter = (("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled"))
+    # check(): every finding is at a backward call (analysis.steps.backward_call).
+    needs_backward = True
     docs = """
 ## What it does
 Checks for `backward()`, `torch.autograd.backward`, `torch.autograd.grad` and

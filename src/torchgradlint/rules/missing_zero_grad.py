@@ -22,6 +22,8 @@ class MissingZeroGrad(Rule):
     name = "missing-zero-grad"
     summary = "optimizer step in a training loop that never resets gradients"
     prefilter = (("backward",), ("step",))
+    # check(): a training loop is a loop that runs a backward (analysis.training.has_backward).
+    needs_backward = True
     docs = """
 ## What it does
 Checks for loops that call `backward()` and step an optimizer, but never reset

@@ -25,6 +25,8 @@ class RetainGraphInLoop(Rule):
     name = "retain-graph-in-loop"
     summary = "retain_graph=True on the last backward of a loop iteration that rebuilds its graph"
     prefilter = (("retain_graph",),)
+    # check(): every finding is at a backward call (analysis.steps.backward_call).
+    needs_backward = True
     docs = """
 ## What it does
 Checks for `retain_graph=True` on the last backward of a loop iteration
