@@ -48,17 +48,17 @@ def main(argv: list[str]) -> int:
         if not any(h in text for h in TORCH_HINTS):
             continue
         name = str(path.relative_to(src))
-        try:
-            if not may_call_backward(text):
-                no_backward += 1
+        backward_claim = not may_call_backward(text)
+        candidate = tgl101.may_fire(text)
+        stage2_claim = candidate and lacks_grad_evidence(text)  # implies backward_claim
+        no_backward += backward_claim
+        candidates += candidate
+        rejected += stage2_claim
+        try:  # one LibCST parse per file: stage 2's oracle also checks for backward calls
+            if stage2_claim:
+                bad += counterexamples(text, name)
+            elif backward_claim:
                 bad += backward_counterexamples(text, name)
-            if not tgl101.may_fire(text):
-                continue
-            candidates += 1
-            if not lacks_grad_evidence(text):
-                continue
-            rejected += 1
-            bad += counterexamples(text, name)
         except (cst.ParserSyntaxError, RecursionError):
             unparsable += 1
     print(f"{files} files, {no_backward} torch files that cannot call a backward (stage 1), {candidates} pass "
