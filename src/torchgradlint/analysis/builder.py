@@ -14,7 +14,7 @@ import libcst as cst
 from . import grad_mode
 from .model import Assign, Call, ClassInfo, FileModel, Loop, Region, Scope, Target
 from .names import dotted_name
-from .tree import iter_children
+from .tree import iter_children, node_types
 
 _AUG_OPS = {
     "AddAssign": "+=", "SubtractAssign": "-=", "MultiplyAssign": "*=", "DivideAssign": "/=",
@@ -23,8 +23,8 @@ _AUG_OPS = {
     "BitXorAssign": "^=", "LeftShiftAssign": "<<=", "RightShiftAssign": ">>=",
 }
 
-_SUITES = (cst.IndentedBlock, cst.SimpleStatementSuite)
-_STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
+_SUITES = node_types(cst.IndentedBlock, cst.SimpleStatementSuite)
+_STATEMENTS = node_types(cst.BaseSmallStatement, cst.BaseCompoundStatement)
 
 
 def _flatten_targets(node: cst.BaseExpression, out: list[Target]) -> bool:
@@ -96,9 +96,10 @@ class _Builder:
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.n += 1
-        if isinstance(node, _SUITES):
+        kind = type(node)
+        if kind in _SUITES:
             self._enter_suite(node)
-        elif isinstance(node, _STATEMENTS):
+        elif kind in _STATEMENTS:
             self.st.statements.append(node)
         handler = _VISIT.get(type(node).__name__)
         if handler is not None:
@@ -108,9 +109,10 @@ class _Builder:
     def on_leave(self, original_node: cst.CSTNode) -> None:
         node = original_node
         name = type(node).__name__
-        if isinstance(node, _SUITES):
+        kind = type(node)
+        if kind in _SUITES:
             self._leave_suite(node)
-        elif isinstance(node, _STATEMENTS):
+        elif kind in _STATEMENTS:
             if name == "Expr":
                 self._statement_grad_switch(node)
             st = self.st

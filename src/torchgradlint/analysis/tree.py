@@ -33,6 +33,30 @@ _SOURCE_ORDER: dict[type, tuple[str, ...]] = {
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def node_types(*bases: type) -> frozenset[type]:
+    """Every class that derives from one of ``bases`` (the bases included),
+    for ``type(node) in node_types(...)`` tests.
+
+    LibCST's node classes derive from :class:`abc.ABC`, so ``isinstance``
+    against them runs ``ABCMeta.__instancecheck__``, a Python-level call, on
+    every test; over a real-code corpus that was about 19 million calls per
+    lint, a tenth of its time. LibCST defines all its node classes when it is
+    imported and its parser builds only those, so a set of them, computed
+    once, answers the same question with a hash lookup.
+    """
+    found: set[type] = set()
+    todo = list(bases)
+    while todo:
+        cls = todo.pop()
+        if cls not in found:
+            found.add(cls)
+            todo.extend(cls.__subclasses__())
+    return frozenset(found)
+
+
+NODE_TYPES = node_types(cst.CSTNode)
+
+
 def child_fields(tp: type) -> tuple[str, ...]:
     """Names of the fields of node type ``tp`` that may hold child nodes, in
     source order."""
@@ -53,11 +77,12 @@ def iter_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The child nodes of ``node`` that can hold code, in source order."""
     for name in child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = type(value)
+        if kind in NODE_TYPES:
             yield value
-        elif isinstance(value, (tuple, list)):
+        elif kind is tuple or kind is list:
             for item in value:
-                if isinstance(item, cst.CSTNode):
+                if type(item) in NODE_TYPES:
                     yield item
 
 
