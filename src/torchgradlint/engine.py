@@ -140,23 +140,32 @@ def lint_source(
 
     A syntax error yields a single ``TGL000`` diagnostic instead of raising.
     """
-    with _cyclic_gc_paused():  # the prefilter's ``ast`` allocates much as a parse does
-        active = candidate_rules(source, rules, tree)
-        if not active:
-            return LintResult([], False)
-        try:
-            module = parse_module(source)
-        except cst.ParserSyntaxError as exc:
-            return LintResult([_parse_error(source, path, exc)], True)
-        except RecursionError:
-            return LintResult([Diagnostic(PARSE_ERROR_CODE,
-                                          "file is nested too deeply to be parsed, so it was not linted",
-                                          path, 1, 1, 1, 1)], True)
-        model = build_model(module, source, path)
-        found = []
-        for rule_cls in active:
-            for finding in rule_cls().check(model):
-                found.append((rule_cls, finding))
+    with _cyclic_gc_paused():
+        # ``_lint_paused`` returns only diagnostics: its trees are freed by
+        # reference counting before the collector resumes, so the collection
+        # that resumes it walks a small heap, not a whole LibCST tree.
+        return _lint_paused(source, path, rules, apply_noqa, tree)
+
+
+def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa: bool,
+                 tree: Optional[ast.Module]) -> LintResult:
+    """:func:`lint_source`'s work, run with the cyclic collector paused."""
+    active = candidate_rules(source, rules, tree)
+    if not active:
+        return LintResult([], False)
+    try:
+        module = parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return LintResult([_parse_error(source, path, exc)], True)
+    except RecursionError:
+        return LintResult([Diagnostic(PARSE_ERROR_CODE,
+                                      "file is nested too deeply to be parsed, so it was not linted",
+                                      path, 1, 1, 1, 1)], True)
+    model = build_model(module, source, path)
+    found = []
+    for rule_cls in active:
+        for finding in rule_cls().check(model):
+            found.append((rule_cls, finding))
     if not found:
         return LintResult([], True)
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
