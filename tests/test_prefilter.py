@@ -50,11 +50,17 @@ LIBRARY_MODULE = _src("""
     ("import torch\ndef f(x=helper()):\n    pass\ndef helper():\n    pass\n", True),  # default runs at def time
     ("import torch\nclass A:\n    def run(self):\n        pass\nA().run()\n", True),  # method name matched
     ("import torch\nself.losses.append(loss)\n", True),
+    ("import torch\ndef outer():\n    def inner():\n        pass\ninner()\n", True),  # nested def, by name
+    ("import torch\nasync def fetch():\n    pass\nfetch()\n", True),
+    ("import torch\ndef \\\n  split():\n    pass\nsplit()\n", True),  # continuation after def
+    ("import torch\ndef\tλ():\n    pass\nλ()\n", True),  # tab, non-ASCII name
+    ("import torch\nDOC = 'def helper(): ...'\nhelper()\n", True),  # def in a string: kept (superset)
+    ("import torch\ndef helper():\n    pass\nundefined_helper()\n", False),
 ])
 def test_runs_code_at_definition_time(source, runs):
     tree = python_ast(source)
     assert tree is not None
-    assert runs_code_at_definition_time(tree) is runs
+    assert runs_code_at_definition_time(tree, source) is runs
 
 
 def test_library_module_is_not_parsed_for_tgl101():

@@ -56,6 +56,12 @@ GRAD_EVIDENCE = ("autograd", "enable_grad", "set_grad_enabled")
 # made a banner line (``.`` then a line of 30 ``#``) backtrack exponentially.
 _BACKWARD_ATTRIBUTE = re.compile(r"\.(?:[ \t\f\r\n\\]|#[^\n]*\n)*(?:manual_)?backward\b")
 
+# The name after every ``def`` keyword: a superset (strings and comments
+# included) of the functions a file defines, found without walking the whole
+# ``ast`` (which cost as much as building it). Python allows spaces, tabs,
+# form feeds and line continuations between ``def`` and the name.
+_DEF_NAME = re.compile(r"\bdef(?:[ \t\f]|\\\r?\n)+([^\W\d]\w*)")
+
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
 
@@ -71,15 +77,18 @@ def python_ast(source: str) -> Optional[ast.Module]:
             return None
 
 
-def runs_code_at_definition_time(tree: ast.Module) -> bool:
+def runs_code_at_definition_time(tree: ast.Module, source: str) -> bool:
     """Whether module or class scope (code that runs when the file is
     imported or run) holds a loop, a comprehension, a mention of ``self``, or
     a call to a function whose name the file defines (matched on the last
     name of the callee, as ``FileModel.callers_of`` resolves calls).
 
-    Function bodies are skipped; their decorators, defaults and annotations
-    (evaluated at definition time) are not. Lambdas are walked (a
-    conservative over-approximation).
+    ``tree`` is ``source``'s Python ``ast``. Function bodies are skipped;
+    their decorators, defaults and annotations (evaluated at definition time)
+    are not. Lambdas are walked (a conservative over-approximation). The
+    defined names are read from ``source`` by :data:`_DEF_NAME`, which may
+    also find a ``def`` in a string or comment: that can only answer ``True``
+    more often.
     """
     called: set[str] = set()
     stack: list[ast.AST] = list(tree.body)
@@ -102,9 +111,7 @@ def runs_code_at_definition_time(tree: ast.Module) -> bool:
             elif isinstance(f, ast.Attribute):
                 called.add(f.attr)
         stack.extend(ast.iter_child_nodes(node))
-    if not called:
-        return False
-    return any(isinstance(n, _DEFS) and n.name in called for n in ast.walk(tree))
+    return bool(called) and any(name in called for name in _DEF_NAME.findall(source))
 
 
 def may_call_backward(source: str) -> bool:
@@ -147,7 +154,7 @@ def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
         return False
     if tree is None:
         tree = python_ast(source)
-    return tree is not None and not runs_code_at_definition_time(tree)
+    return tree is not None and not runs_code_at_definition_time(tree, source)
 
 
 __all__ = ["TORCH_HINTS", "GRAD_EVIDENCE", "python_ast", "runs_code_at_definition_time", "may_call_backward",
