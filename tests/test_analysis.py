@@ -199,3 +199,30 @@ def test_walk_is_in_source_order_and_skips_whitespace():
     calls = [n.func.value for n in walk(module) if isinstance(n, cst.Call)]
     assert calls == ["dec", "g", "h", "t"]
     assert not any(isinstance(n, (cst.SimpleWhitespace, cst.Newline, cst.EmptyLine)) for n in walk(module))
+
+
+def test_node_type_sets_agree_with_isinstance():
+    # The walk and the builder test node types by set lookup
+    # (``tree.node_types``) instead of ``isinstance`` against LibCST's ABC
+    # classes: on every node of every fixture, and on every value of every
+    # field the walk reads, both answers must agree.
+    from pathlib import Path
+
+    from torchgradlint.analysis.builder import _STATEMENTS, _SUITES
+    from torchgradlint.analysis.tree import NODE_TYPES, child_fields, node_types
+
+    sources = sorted(Path(__file__).resolve().parent.parent.joinpath("fixtures").rglob("*.py"))
+    assert sources
+    checked = 0
+    for path in sources:
+        for node in walk(cst.parse_module(path.read_text())):
+            kind = type(node)
+            assert (kind in _SUITES) is isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite))
+            assert (kind in _STATEMENTS) is isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement))
+            for name in child_fields(kind):
+                value = getattr(node, name)
+                assert (type(value) in NODE_TYPES) is isinstance(value, cst.CSTNode)
+                checked += 1
+    assert checked > 1000
+    assert node_types(cst.BaseSmallStatement) >= {cst.Expr, cst.Pass, cst.Return, cst.Assign}
+    assert cst.FunctionDef not in node_types(cst.BaseSmallStatement)

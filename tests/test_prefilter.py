@@ -54,6 +54,8 @@ LIBRARY_MODULE = _src("""
     ("import torch\nasync def fetch():\n    pass\nfetch()\n", True),
     ("import torch\ndef \\\n  split():\n    pass\nsplit()\n", True),  # continuation after def
     ("import torch\ndef\tλ():\n    pass\nλ()\n", True),  # tab, non-ASCII name
+    ("import torch\ndef a·b():\n    pass\na·b()\n", True),  # U+00B7 continues a name but is not \\w
+    ("import torch\ndef ﬁt():\n    pass\nfit()\n", True),  # Python NFKC-normalises names: defines fit
     ("import torch\nDOC = 'def helper(): ...'\nhelper()\n", True),  # def in a string: kept (superset)
     ("import torch\ndef helper():\n    pass\nundefined_helper()\n", False),
 ])

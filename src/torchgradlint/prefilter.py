@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import re
+import unicodedata
 import warnings
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -59,8 +60,11 @@ _BACKWARD_ATTRIBUTE = re.compile(r"\.(?:[ \t\f\r\n\\]|#[^\n]*\n)*(?:manual_)?bac
 # The name after every ``def`` keyword: a superset (strings and comments
 # included) of the functions a file defines, found without walking the whole
 # ``ast`` (which cost as much as building it). Python allows spaces, tabs,
-# form feeds and line continuations between ``def`` and the name.
-_DEF_NAME = re.compile(r"\bdef(?:[ \t\f]|\\\r?\n)+([^\W\d]\w*)")
+# form feeds and line continuations between ``def`` and the name; the name is
+# taken up to the parameters (``(``) or type parameters (``[``), so that no
+# identifier character outside ``\w`` can cut it short, and NFKC-normalised
+# as Python normalises identifiers (:func:`_defined_names`).
+_DEF_NAME = re.compile(r"\bdef(?:[ \t\f]|\\\r?\n)+([^\s(\[\\]+)")
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.comprehension)
@@ -111,7 +115,16 @@ def runs_code_at_definition_time(tree: ast.Module, source: str) -> bool:
             elif isinstance(f, ast.Attribute):
                 called.add(f.attr)
         stack.extend(ast.iter_child_nodes(node))
-    return bool(called) and any(name in called for name in _DEF_NAME.findall(source))
+    return bool(called) and not called.isdisjoint(_defined_names(source))
+
+
+def _defined_names(source: str) -> set[str]:
+    """The names :data:`_DEF_NAME` finds in ``source``, as Python reads them
+    (NFKC-normalised: ``def ﬁt()`` defines ``fit``)."""
+    names = set(_DEF_NAME.findall(source))
+    if not all(name.isascii() for name in names):
+        names = {unicodedata.normalize("NFKC", name) for name in names}
+    return names
 
 
 def may_call_backward(source: str) -> bool:
