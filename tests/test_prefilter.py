@@ -10,6 +10,7 @@ from torchgradlint.engine import lint_source
 from torchgradlint.fixture_spec import load_fixtures
 from torchgradlint.prefilter import (
     candidate_rules,
+    is_other_framework_code,
     lacks_grad_evidence,
     may_call_backward,
     python_ast,
@@ -102,6 +103,47 @@ def test_grad_evidence_keeps_the_file(extra):
 def test_may_call_backward(source, calls):
     assert may_call_backward(source) is calls
     assert (backward_counterexamples(source) != []) is calls  # the analysis agrees
+
+
+MXNET_TRAINING = _src("""
+    from mxnet import autograd, gluon
+    def train(net, loss_fn, trainer, data_iter, batch_size):
+        losses = []
+        for X, y in data_iter:
+            with autograd.record():
+                l = loss_fn(net(X), y)
+            l.backward()  # MXNet overwrites gradients (grad_req="write"): no reset needed
+            trainer.step(batch_size)
+            losses.append(l)
+        return losses
+""")
+
+
+@pytest.mark.parametrize("header, other", [
+    ("from mxnet import autograd, gluon\n", True),
+    ("import tensorflow as tf\n", True),
+    ("import jax.numpy as jnp\n", True),
+    ("    import paddle\n", True),  # indented (inside try/if) still counts
+    ("import jaxlib\n", False),  # another package whose name starts the same
+    ("# we used to import mxnet here\n", False),  # a comment, not an import
+    ("from mxnet import autograd\nimport torch\n", False),  # mixed code: linted
+    ("", False),
+])
+def test_other_framework_code(header, other):
+    body = "def train(m, opt, loader):\n    for x in loader:\n        m(x).backward()\n        opt.step()\n"
+    source = header + body
+    assert is_other_framework_code(source) is other
+    assert (candidate_rules(source, all_rules()) == []) is other
+
+
+def test_other_framework_code_is_not_parsed():
+    # Without the scope check the loop's backward, step and appended loss
+    # make the rules candidates and the file is parsed; with it, it is not.
+    unknown = MXNET_TRAINING.replace("mxnet", "framework")
+    assert candidate_rules(unknown, all_rules()) != []
+    assert lint_source(unknown, "train.py", all_rules()).parsed
+    assert candidate_rules(MXNET_TRAINING, all_rules()) == []
+    assert not lint_source(MXNET_TRAINING, "d2l_mxnet.py", all_rules()).parsed
 
 
 def test_rules_that_need_a_backward_are_dropped_without_one():

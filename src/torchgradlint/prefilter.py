@@ -4,7 +4,10 @@ The LibCST parse is most of a lint's cost (see ``docs/performance.md``), so a
 file that cannot hold a finding must never reach it. Two stages, each proven
 never to drop a finding (``tests/test_prefilter.py``):
 
-1. **Text.** The file must mention one of :data:`TORCH_HINTS`, and a rule is
+1. **Text.** The file must mention one of :data:`TORCH_HINTS` and must not
+   be another framework's code (:func:`is_other_framework_code`: no
+   ``torch`` anywhere and an import of MXNet, TensorFlow, JAX, ...; a scope
+   decision, not a proof: the rules' PyTorch premises do not hold there), and a rule is
    a candidate only if its substring groups (:attr:`Rule.prefilter`) match.
    A rule with :attr:`Rule.needs_backward` (it fires only at or around a
    backward call) is a candidate only if the file can call one
@@ -42,6 +45,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # A file that mentions none of these cannot hold a finding of any rule.
 TORCH_HINTS = ("torch", "backward")
+
+# Array frameworks with their own autograd. A file that imports one of these
+# and never spells "torch" is that framework's code, not PyTorch's: its
+# ``backward()`` follows other rules (MXNet overwrites gradients by default,
+# ``grad_req="write"``; Paddle resets them with ``clear_grad()``), so a
+# finding there would be a false positive. Such a file is not linted.
+OTHER_FRAMEWORKS = ("mxnet", "tensorflow", "jax", "paddle", "mindspore", "oneflow")
+_OTHER_FRAMEWORK_IMPORT = re.compile(
+    r"^[ \t]*(?:import|from)[ \t]+(?:%s)\b" % "|".join(OTHER_FRAMEWORKS), re.MULTILINE)
 
 # Spellings of the APIs that enable grad mode, and of ``torch.autograd``
 # (``torch.autograd.grad`` / ``.backward`` cannot be reached, however
@@ -145,7 +157,7 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]],
         tree: the file's Python ``ast`` if the caller already has it (the
             flake8 plugin); otherwise it is built only when stage 2 needs it.
     """
-    if not any(h in source for h in TORCH_HINTS):
+    if not any(h in source for h in TORCH_HINTS) or is_other_framework_code(source):
         return []
     active = [r for r in rules if r.may_fire(source)]
     if any(r.needs_backward for r in active) and not may_call_backward(source):
@@ -153,6 +165,20 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]],
     if active and all(r.needs_grad_evidence for r in active) and lacks_grad_evidence(source, tree):
         return []
     return active
+
+
+def is_other_framework_code(source: str) -> bool:
+    """Whether ``source`` never spells ``torch`` and imports one of
+    :data:`OTHER_FRAMEWORKS` (an ``import`` or ``from`` statement at the start
+    of a line): then it is that framework's code and no rule applies.
+
+    PyTorch docs: gradients accumulate into ``.grad`` across ``backward()``
+    calls ("Autograd mechanics",
+    https://pytorch.org/docs/stable/notes/autograd.html); MXNet's default
+    ``grad_req="write"`` overwrites them instead, so the rules' premises do
+    not hold there.
+    """
+    return "torch" not in source and _OTHER_FRAMEWORK_IMPORT.search(source) is not None
 
 
 def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
@@ -170,5 +196,5 @@ def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
     return tree is not None and not runs_code_at_definition_time(tree, source)
 
 
-__all__ = ["TORCH_HINTS", "GRAD_EVIDENCE", "python_ast", "runs_code_at_definition_time", "may_call_backward",
+__all__ = ["TORCH_HINTS", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "is_other_framework_code", "python_ast", "runs_code_at_definition_time", "may_call_backward",
            "lacks_grad_evidence", "candidate_rules"]
