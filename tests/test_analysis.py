@@ -1,13 +1,15 @@
 """The analysis layer: names, grad-mode regions, scopes, bindings, callees."""
 
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 import pytest
 
 from torchgradlint.analysis import GradMode, build_model
+from torchgradlint.analysis.builder import _STATEMENTS, _SUITES
 from torchgradlint.analysis.names import ImportTable, dotted_name
-from torchgradlint.analysis.tree import walk
+from torchgradlint.analysis.tree import NODE_TYPES, child_fields, node_types, walk
 
 
 def model_of(src):
@@ -206,11 +208,6 @@ def test_node_type_sets_agree_with_isinstance():
     # (``tree.node_types``) instead of ``isinstance`` against LibCST's ABC
     # classes: on every node of every fixture, and on every value of every
     # field the walk reads, both answers must agree.
-    from pathlib import Path
-
-    from torchgradlint.analysis.builder import _STATEMENTS, _SUITES
-    from torchgradlint.analysis.tree import NODE_TYPES, child_fields, node_types
-
     sources = sorted(Path(__file__).resolve().parent.parent.joinpath("fixtures").rglob("*.py"))
     assert sources
     checked = 0

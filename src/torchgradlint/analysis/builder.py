@@ -101,15 +101,15 @@ class _Builder:
             self._enter_suite(node)
         elif kind in _STATEMENTS:
             self.st.statements.append(node)
-        handler = _VISIT.get(type(node).__name__)
+        handler = _VISIT.get(kind.__name__)
         if handler is not None:
             handler(self, node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         node = original_node
-        name = type(node).__name__
         kind = type(node)
+        name = kind.__name__
         if kind in _SUITES:
             self._leave_suite(node)
         elif kind in _STATEMENTS:
