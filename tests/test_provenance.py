@@ -46,8 +46,8 @@ def probe(src: str, fn: str = "probe"):
     ("model(x).data", State.DETACHED),
     ("torch.zeros(3)", State.DETACHED),
     ("torch.zeros(3, requires_grad=True)", State.ATTACHED),
-    ("model(x).argmax(1)", State.UNKNOWN),
-    ("torch.argmax(model(x), 1)", State.UNKNOWN),
+    ("model(x).argmax(1)", State.DETACHED),
+    ("torch.argmax(model(x), 1)", State.DETACHED),
     ("helper(x)", State.UNKNOWN),
     ("(model(x) == y).sum()", State.DETACHED),
 ])
