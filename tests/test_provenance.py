@@ -74,13 +74,25 @@ def test_names_are_followed_through_bindings():
     assert provenance(m, arg, call).sources  # the net(x) call
 
 
-def test_ambiguous_binding_is_unknown():
+def test_attached_on_one_branch_may_hold_a_graph():
     m, call, arg = probe("""
         import torch
         if cond:
             loss = model(x).sum()
         else:
             loss = model(x).sum().item()
+        probe(loss)
+        """)
+    assert provenance(m, arg, call).state is State.ATTACHED
+
+
+def test_unknown_on_one_branch_is_unknown():
+    m, call, arg = probe("""
+        import torch
+        if cond:
+            loss = model(x).sum()
+        else:
+            loss = helper(x)
         probe(loss)
         """)
     assert provenance(m, arg, call).state is State.UNKNOWN

@@ -455,8 +455,25 @@ class FileModel:
             modes = {self.grad_mode(c, _depth + 1) for c in self.callers_of(scope)}
             if len(modes) == 1:
                 result = modes.pop()
+        if result is GradMode.UNKNOWN and scope.kind == "function" and scope in self.backward_scopes():
+            result = GradMode.ENABLED
         self._base_mode_cache[key] = result
         return result
+
+    def backward_scopes(self) -> set:
+        """Function scopes that run a backward outside any grad-mode region
+        of their own: whoever calls them must have grad enabled (the
+        backward raises otherwise), so that is their base mode."""
+        found = self.memo.get("backward_scopes")
+        if found is None:
+            from .steps import backward_call  # steps builds on this module
+
+            found = set()
+            for c in self.calls:
+                if c.region is None and c.scope.kind == "function" and backward_call(self, c) is not None:
+                    found.add(c.scope)
+            self.memo["backward_scopes"] = found
+        return found  # type: ignore[return-value]
 
     def grad_mode(self, fact: _Located, _depth: int = 0) -> GradMode:
         """Effective grad mode where ``fact`` runs."""

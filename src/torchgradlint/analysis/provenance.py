@@ -287,9 +287,11 @@ def _join(parts: list[Provenance]) -> Provenance:
     if not parts:
         return _UNKNOWN
     inference = any(p.inference for p in parts)
-    if all(p.attached for p in parts):
-        return Provenance(State.ATTACHED, sources=tuple(s for p in parts for s in p.sources), inference=inference,
-                          weak=any(p.weak for p in parts))
+    attached = [p for p in parts if p.attached]
+    if attached and all(p.attached or p.detached for p in parts):
+        # attached on some path: the value may hold a graph
+        return Provenance(State.ATTACHED, sources=tuple(s for p in attached for s in p.sources),
+                          inference=inference, weak=any(p.weak for p in attached))
     if all(p.detached for p in parts):
         return Provenance(State.DETACHED, tuple(r for p in parts for r in p.no_grad),
                           tuple(e for p in parts for e in p.explicit), inference=inference)
@@ -387,6 +389,8 @@ def _backward_roots(target: Optional[cst.BaseExpression]) -> list[cst.BaseExpres
         return []
     if isinstance(target, (cst.Name, cst.Attribute)):
         return [target]
+    if isinstance(target, cst.Subscript):  # ``output["loss"].backward()``: the dict holds a graph
+        return _backward_roots(target.value)
     if isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) \
             and target.func.attr.value in torch_api.SCALER_PASS_THROUGH and target.args:
         return _backward_roots(target.args[0].value)
@@ -439,11 +443,20 @@ class _Evaluator:
             return p
         # A value that a backward of this scope backpropagates holds a graph.
         marked = _backpropagated_bindings(m, at.scope).get(text)
-        if marked and any(id(b) in marked for b in bindings) and not p.detached:
+        if marked and any(id(b) in marked for b in bindings) and not p.detached \
+                and not self._items_replaced(text, bindings[-1], at):
             last = bindings[-1]
             src = (last.value,) if last.value is not None else (last.node,)
             return Provenance(State.ATTACHED, sources=p.sources or src, inference=p.inference)
         return p
+
+    def _items_replaced(self, text: str, binding: Assign, at: _Located) -> bool:
+        """``d[k] = ...`` between ``binding`` and ``at``: the container's
+        items changed (``output["loss"] = output["loss"].detach()``), so a
+        backward through one of its old items says nothing about it now."""
+        return any(a.order > binding.order and a.order < at.order and a.scope is at.scope
+                   and any(t.kind == "subscript" and t.container == text for t in a.targets)
+                   for a in self.m.assigns_in_scope(at.scope))
 
     def binding(self, text: str, b: Assign, at: _Located, depth: int) -> Provenance:
         if b.kind == "param":
@@ -850,6 +863,25 @@ def is_backward_target(model: FileModel, expr: Optional[cst.BaseExpression], at:
     return False
 
 
+def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located) -> bool:
+    """Whether the value the name ``expr`` holds at ``at`` is the target of
+    a backward in the same scope that does not retain its graph: after it,
+    nothing can backpropagate that value again (a second backward raises),
+    so keeping it is never needed for a later backward."""
+    text = dotted_name(expr)
+    if not text:
+        return False
+    mine = {id(b) for b in model.reaching_bindings(text, at)}
+    for b in _backward_calls(model, at.scope):
+        retain = b.retain_graph
+        if retain is not None and not (isinstance(retain, cst.Name) and retain.value == "False"):
+            continue
+        for root in _backward_roots(b.target):
+            if dotted_name(root) == text and mine & {id(x) for x in model.reaching_bindings(text, b.call)}:
+                return True
+    return False
+
+
 def backpropagated_names(model: FileModel, scope: Scope) -> set[str]:
     """Dotted names whose values flow into a backward target in ``scope``:
     names read by the target expression, followed through their bindings in
@@ -908,5 +940,5 @@ def _returned(scope: Scope) -> set[str]:
 __all__ = [
     "Provenance", "State", "provenance", "reaching_binding", "is_graph_attached", "computed_under_no_grad",
     "module_names", "is_module_call", "loss_names", "is_loss_call", "is_scalar_loss", "backward_target_names",
-    "is_backward_target", "backpropagated_names", "returned_names",
+    "is_backward_target", "backpropagated_names", "returned_names", "freed_by_backward", "loss_like",
 ]

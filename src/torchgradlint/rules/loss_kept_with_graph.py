@@ -11,6 +11,7 @@ from ..analysis.model import Assign, FileModel, GradMode, _Located, names_in, wa
 from ..analysis.names import dotted_name
 from ..analysis.provenance import (
     backpropagated_names,
+    freed_by_backward,
     is_scalar_loss,
     loss_like,
     provenance,
@@ -280,7 +281,20 @@ step.
 
     # -- check ----------------------------------------------------------------------
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for s in self._stores(model):
+        reported: dict[int, set[str]] = {}
+        for s, finding in self._findings(model):
+            # A store of a value read from an already reported container or
+            # accumulator (``history.append(running_loss / n)``) has the same
+            # root cause: report the root only.
+            root = reported.setdefault(id(s.fact.scope), set())
+            if any(names_in(v) & root for v in s.values):
+                continue
+            root.add(s.container)
+            yield finding
+
+    def _findings(self, model: FileModel) -> Iterator[tuple[_Store, Finding]]:
+        stores = sorted(self._stores(model), key=lambda st: st.fact.order)
+        for s in stores:
             scope = s.fact.scope
             mode = model.grad_mode(s.fact)
             if mode is GradMode.DISABLED:
@@ -289,8 +303,9 @@ step.
                 continue
             if s.container in backpropagated_names(model, scope):  # memoised per file
                 continue
-            if s.container in returned_names(model, scope) and not self._result_discarded(model, scope):
-                continue
+            if s.container in returned_names(model, scope) and not self._result_discarded(model, scope) \
+                    and not all(freed_by_backward(model, v, s.fact) for v in s.values):
+                continue  # the caller may backpropagate the returned container on purpose
             if s.container.startswith("self.") and any(
                     s.container in backpropagated_names(model, sc) for sc in model.scopes):
                 continue
@@ -317,5 +332,5 @@ step.
                     msg = (f"{shown} is stored in `{s.container}` with {what}, kept alive across iterations so "
                            "memory grows every step; store `.item()` or `.detach()` instead")
                 fix = self._fix(model, s, value)
-                yield Finding(s.node, msg, fix=fix, fix_safe=True) if fix else Finding(s.node, msg)
+                yield s, (Finding(s.node, msg, fix=fix, fix_safe=True) if fix else Finding(s.node, msg))
                 break
