@@ -333,6 +333,12 @@ def _server() -> int:
     return server_main()
 
 
+def server_main() -> int:
+    """Entry point of the ``torchgradlint-server`` command (``torchgradlint
+    server`` for editors whose LSP settings take a program without arguments)."""
+    return _server()
+
+
 def _harness(args: argparse.Namespace) -> int:
     try:
         from .harness.cli import main as harness_main
