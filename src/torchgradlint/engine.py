@@ -36,7 +36,7 @@ class _ParsingThreads(threading.local):
 _PARSING = _ParsingThreads()
 _PATCH_LOCK = threading.Lock()
 _patch_users = 0  # threads inside _parser_output_unvalidated; guarded by _PATCH_LOCK
-_validate_post_init = None  # LibCST's own CSTNode.__post_init__ while patched
+_validate_post_init = None  # LibCST's own CSTNode.__post_init__, once first patched
 
 
 def _post_init_unless_parsing(self: cst.CSTNode) -> None:
@@ -73,6 +73,8 @@ def _parser_output_unvalidated() -> Iterator[None]:
         else:
             patched = True
             if _patch_users == 0:
+                # Kept after the swap is undone: a thread that looked the hook up
+                # just before may still call the replacement, which then validates.
                 _validate_post_init = original
                 base.__post_init__ = _post_init_unless_parsing  # type: ignore[method-assign]
             _patch_users += 1
@@ -88,7 +90,6 @@ def _parser_output_unvalidated() -> Iterator[None]:
             _patch_users -= 1
             if _patch_users == 0:
                 base.__post_init__ = _validate_post_init  # type: ignore[method-assign]
-                _validate_post_init = None
 
 
 _GC_LOCK = threading.Lock()
