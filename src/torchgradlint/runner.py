@@ -25,6 +25,7 @@ config) and budget; notebooks (``.ipynb``) go through
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -177,6 +178,9 @@ def supervised(work: Sequence[tuple], jobs: int) -> Iterator[tuple[int, Outcome,
     from . import engine  # noqa: F401  (imported before the fork: workers inherit it)
 
     ctx = _context()
+    # Python's advice before fork: frozen objects (the imported engine) are not
+    # walked by the workers' collections, so their pages stay shared, not copied.
+    gc.freeze()
     todo = deque(range(len(work)))
     workers: list[_Worker] = []
     try:
@@ -216,6 +220,7 @@ def supervised(work: Sequence[tuple], jobs: int) -> Iterator[tuple[int, Outcome,
                     workers.remove(w)
                     yield i, ([timeout_diagnostic(path, work[i][3])], False, None), False
     finally:
+        gc.unfreeze()
         for w in workers:
             w.stop(kill=w.index is not None)
 
