@@ -164,3 +164,17 @@ def test_a_burst_of_edits_ends_with_the_latest_text(tmp_path):
         assert list(last.diagnostics) == []  # version 11 is OK
 
     run(scenario, tmp_path)
+
+
+def test_noqa_edit_adds_a_comment_or_extends_the_list():
+    from torchgradlint.server import _noqa_edit, utf16_column
+
+    lines = ["    losses.append(loss)   ", "x = 1  # noqa: E501", "y = 2  # noqa", "z = 'é𝛼' + w  # noqa: TGL101"]
+    new = _noqa_edit(lines, 1, "TGL101")
+    assert (new.range.start.character, new.range.end.character, new.new_text) == (23, 26, "  # noqa: TGL101")
+    extend = _noqa_edit(lines, 2, "TGL101")
+    assert (extend.range.start.character, extend.new_text) == (len(lines[1]), ", TGL101")
+    assert _noqa_edit(lines, 3, "TGL101") is None  # a bare noqa already silences it
+    assert _noqa_edit(lines, 4, "TGL101") is None  # already listed
+    # 'é' is one UTF-16 unit, '𝛼' (outside the BMP) two: columns after it shift by one
+    assert [utf16_column(lines[3], col) for col in (6, 7, 8, 9)] == [5, 6, 8, 9]

@@ -27,6 +27,7 @@ from .notebook import is_notebook, map_to_cells, read_notebook
 from .prefilter import candidate_rules
 from .registry import Rule
 
+
 class _ParsingThreads(threading.local):
     """Per thread: how deep this thread is inside :func:`_parser_output_unvalidated`."""
 

@@ -220,5 +220,6 @@ def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
     return tree is not None and not runs_code_at_definition_time(tree, source)
 
 
-__all__ = ["TORCH_HINTS", "text_matches", "PrefilterSpec", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "is_other_framework_code", "python_ast",
+__all__ = ["TORCH_HINTS", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "text_matches", "PrefilterSpec",
+           "is_other_framework_code", "python_ast",
            "runs_code_at_definition_time", "may_call_backward", "lacks_grad_evidence", "candidate_rules"]

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # Below this many files one worker does the work: more cost more than they save.
 POOL_THRESHOLD = 16
 
+
 @dataclass
 class RunResult:
     """Diagnostics of all files, sorted; internal errors as messages."""
@@ -94,8 +95,10 @@ def _lint_one(args: tuple) -> Outcome:
     path, codes, data, budget = args
     rules = [get_rule(c) for c in codes]
     try:
-        result = lint_file(path, rules, budget=budget) if data is None else lint_data(data, path, rules,
-                                                                                       budget=budget)
+        if data is None:
+            result = lint_file(path, rules, budget=budget)
+        else:
+            result = lint_data(data, path, rules, budget=budget)
     except Exception:  # a bug in a rule: report it for this file, keep going
         return [], False, f"{path}: internal error while linting (please report):\n{traceback.format_exc()}"
     return result.diagnostics, result.parsed, None

@@ -173,14 +173,17 @@ class TorchGradLintServer(LanguageServer):
         parts = []
         for d in self.results.get(uri, []):
             r = _range(lines, d.line, d.col, d.end_line, d.end_col)
-            inside = (r.start.line, r.start.character) <= (pos.line, pos.character) <= (r.end.line, r.end.character)
+            at = (pos.line, pos.character)
+            inside = (r.start.line, r.start.character) <= at <= (r.end.line, r.end.character)
             if not inside or d.code == PARSE_ERROR_CODE:
                 continue
             rule = get_rule(d.code)
-            parts.append(f"**{rule.code} {rule.name}**: {d.message}\n\n{rule.docs.strip()}\n\n[{rule.url()}]({rule.url()})")
+            parts.append(f"**{rule.code} {rule.name}**: {d.message}\n\n{rule.docs.strip()}\n\n"
+                         f"[{rule.url()}]({rule.url()})")
         if not parts:
             return None
-        return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(parts)))
+        value = "\n\n---\n\n".join(parts)
+        return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=value))
 
 
 def _noqa_edit(lines: list[str], line: int, code: str) -> Optional[types.TextEdit]:
@@ -190,9 +193,10 @@ def _noqa_edit(lines: list[str], line: int, code: str) -> Optional[types.TextEdi
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     m = _NOQA.search(text)
     if m is None:
-        end = utf16_column(text.rstrip(), len(text.rstrip()) + 1)
-        return types.TextEdit(range=types.Range(start=types.Position(line=line - 1, character=end),
-                                                end=types.Position(line=line - 1, character=utf16_column(text, len(text) + 1))),
+        start = utf16_column(text, len(text.rstrip()) + 1)  # trailing whitespace is replaced
+        end = utf16_column(text, len(text) + 1)
+        return types.TextEdit(range=types.Range(start=types.Position(line=line - 1, character=start),
+                                                end=types.Position(line=line - 1, character=end)),
                               new_text=f"  # noqa: {code}")
     if m.group("codes") is None or code in m.group("codes").upper():
         return None
