@@ -178,3 +178,17 @@ def test_noqa_edit_adds_a_comment_or_extends_the_list():
     assert _noqa_edit(lines, 4, "TGL101") is None  # already listed
     # 'é' is one UTF-16 unit, '𝛼' (outside the BMP) two: columns after it shift by one
     assert [utf16_column(lines[3], col) for col in (6, 7, 8, 9)] == [5, 6, 8, 9]
+
+
+def test_a_document_that_hangs_the_parser_is_one_tgl000_and_the_server_goes_on(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.torchgradlint]\nfile-timeout = 1\n")
+    chain = "import torch\ny = " + " + ".join(["a"] * 20000) + "\nloss.backward()\n"
+
+    async def scenario(s):
+        uri = s.open(tmp_path / "gen.py", chain)
+        got = (await s.next_diagnostics(uri)).diagnostics
+        assert [d.code for d in got] == ["TGL000"] and "file-timeout budget of 1 s" in got[0].message
+        s.replace(uri, BAD, 2)  # a fresh worker lints the next text
+        assert [d.code for d in (await s.next_diagnostics(uri)).diagnostics] == ["TGL001"]
+
+    run(scenario, tmp_path)

@@ -228,6 +228,69 @@ def supervised(work: Sequence[tuple], jobs: int) -> Iterator[tuple[int, Outcome,
             w.stop(kill=w.index is not None)
 
 
+class ResidentWorker:
+    """One worker process kept for a long-lived host (the language server):
+    each :meth:`lint` sends one file and waits for it under the file's time
+    budget; a worker that dies or runs out of time is replaced for the next
+    call. Thread-safe (calls are serialised). Workers come from a
+    ``forkserver`` (where the platform has one) that has imported the engine,
+    so the host's threads are never forked and a replacement starts fast.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._worker: Optional[_Worker] = None
+        self._ctx: Any = None
+
+    def _start(self) -> _Worker:
+        if self._ctx is None:
+            if "forkserver" in multiprocessing.get_all_start_methods():
+                self._ctx = multiprocessing.get_context("forkserver")
+                self._ctx.set_forkserver_preload(["torchgradlint.engine", "torchgradlint.runner"])
+            else:  # pragma: no cover - Windows: spawn
+                self._ctx = multiprocessing.get_context()
+        return _Worker(self._ctx)
+
+    def lint(self, path: str, codes: Sequence[str], data: bytes, budget: Budget) -> Outcome:
+        """``(diagnostics, parsed, internal error)`` of one file's bytes."""
+        from multiprocessing.connection import wait
+
+        with self._lock:
+            w = self._worker or self._start()
+            self._worker = w
+            try:
+                w.send(0, (path, tuple(codes), data, budget), budget.file_timeout)
+            except OSError:  # the worker died while idle: start another
+                w.stop(kill=True)
+                w = self._worker = self._start()
+                w.send(0, (path, tuple(codes), data, budget), budget.file_timeout)
+            left = w.deadline - time.monotonic()
+            ready = wait([w.conn, w.process.sentinel], timeout=None if left == float("inf") else max(0.0, left))
+            if w.conn in ready or (w.process.sentinel in ready and w.conn.poll()):
+                try:
+                    _, outcome = w.conn.recv()
+                    w.index = None
+                    return outcome
+                except (EOFError, OSError):
+                    pass
+            self._worker = None
+            if w.process.sentinel in ready or not w.process.is_alive():
+                outcome = ([crash_diagnostic(path, w.death())], False, None)
+            else:
+                outcome = ([timeout_diagnostic(path, budget)], False, None)
+            w.stop(kill=True)
+            return outcome
+
+    def close(self) -> None:
+        """Stop the worker."""
+        with self._lock:
+            if self._worker is not None:
+                self._worker.stop()
+                self._worker = None
+
+
 def default_jobs() -> int:
     """Worker processes for a run: the usable cores."""
     try:

@@ -20,8 +20,12 @@ Features:
   / Why is this bad? / Example / Use instead).
 - **Settings** from the file's ``[tool.torchgradlint]`` (the nearest
   ``pyproject.toml``, as the CLI finds it; re-read after any save):
-  select, ignore, per-file-ignores, exclude and the size budget. The time
-  budget is the CLI's worker mechanism and does not apply here.
+  select, ignore, per-file-ignores, exclude and both budgets.
+
+The lint runs in one resident worker process
+(:class:`~torchgradlint.runner.ResidentWorker`): a document that hangs
+LibCST's parser past ``file-timeout``, or crashes it, is one ``TGL000`` and
+the worker is replaced; the server never stops answering.
 
 Positions: the engine's columns are 1-based code points; LSP's are 0-based
 UTF-16 code units (the protocol's default encoding), converted per line.
@@ -40,6 +44,7 @@ from pygls.uris import to_fs_path
 
 from . import __version__
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic
+from .runner import ResidentWorker
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
@@ -71,14 +76,14 @@ class TorchGradLintServer(LanguageServer):
         self.results: dict[str, list[Diagnostic]] = {}
         self._running: dict[str, asyncio.Task] = {}
         self._dirty: set[str] = set()
+        self.worker = ResidentWorker()  # the lint runs there: a hang or crash costs one TGL000
 
     # -- linting ---------------------------------------------------------------
     def lint_text(self, uri: str, source: str) -> list[Diagnostic]:
         """The diagnostics of ``check`` for one document's text (runs in a
         worker thread). A malformed ``pyproject.toml`` is one ``TGL000`` on line 1."""
         from .config import ConfigError, Settings
-        from .engine import lint_data
-        from .registry import SelectionError, get_rule
+        from .registry import SelectionError
 
         path = to_fs_path(uri) or uri
         settings = Settings()
@@ -86,11 +91,14 @@ class TorchGradLintServer(LanguageServer):
             cfg = settings.config_for(path)
             if cfg is not None and cfg.excludes(Path(path)):
                 return []
-            rules = [get_rule(c) for c in settings.codes_for(path)]
+            codes = settings.codes_for(path)
             budget = settings.budget_for(path)
         except (ConfigError, SelectionError) as exc:
             return [Diagnostic(PARSE_ERROR_CODE, str(exc), path, 1, 1, 1, 1)]
-        return lint_data(source.encode("utf-8", "surrogatepass"), path, rules, budget=budget).diagnostics
+        diagnostics, _, error = self.worker.lint(path, codes, source.encode("utf-8", "surrogatepass"), budget)
+        if error:
+            self.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=error))
+        return diagnostics
 
     def schedule(self, uri: str) -> None:
         """Lint ``uri`` soon: now when idle, else once the running lint ends."""
@@ -252,5 +260,9 @@ def build_server() -> TorchGradLintServer:
 
 def main() -> int:
     """Run the server over standard input/output until the client exits."""
-    build_server().start_io()
+    server = build_server()
+    try:
+        server.start_io()
+    finally:
+        server.worker.close()
     return 0
