@@ -181,3 +181,23 @@ def test_gc_pause_restores_a_disabled_collector():
     with engine._cyclic_gc_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+def test_positions_stop_early_but_agree_with_libcst():
+    """The position pass stops after the last wanted node: every wanted range
+    must equal what LibCST's MetadataWrapper computes over the whole tree."""
+    import random
+
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from torchgradlint import engine
+
+    rng = random.Random(0)
+    for path in sorted(FIXTURES.glob("TGL*/*.py"))[:12]:
+        module = engine.parse_module(path.read_text())
+        full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        nodes = list(full)
+        for _ in range(5):
+            wanted = set(rng.sample(nodes, min(len(nodes), rng.randint(1, 3))))
+            got = engine._positions(module, wanted)
+            assert {n: got[n] for n in wanted} == {n: full[n] for n in wanted}, path
