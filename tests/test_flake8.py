@@ -134,5 +134,5 @@ def test_plugin_imports_neither_rules_nor_libcst_for_a_file_the_prefilter_rules_
 def test_rule_prefilter_table_matches_the_rule_classes():
     from torchgradlint.rules import RULE_PREFILTER
 
-    assert RULE_PREFILTER == {r.code: (r.prefilter, r.needs_backward, r.needs_grad_evidence)
-                              for r in all_rules()}
+    expected = {r.code: (r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in all_rules()}
+    assert RULE_PREFILTER == expected, f"update RULE_PREFILTER in rules/__init__.py to {expected!r}"

@@ -15,7 +15,7 @@ RULE_CODES = ("TGL001", "TGL002", "TGL101", "TGL102", "TGL201")
 # tests/test_flake8.py checks it against the rule classes.
 RULE_PREFILTER = {
     "TGL001": ((("backward",), ("step",)), True, False),
-    "TGL002": ((("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled")), True, False),
+    "TGL002": ((("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled")), False, False),
     "TGL101": ((("append", "extend", "insert", "+", "["),), False, True),
     "TGL102": ((("retain_graph",),), True, False),
     "TGL201": ((("no_grad", "inference_mode", "set_grad_enabled"),), False, False),
