@@ -27,6 +27,8 @@ RULE_PROBES: dict[str, str] = {
     "TGL101": "retained-graph",
     "TGL102": "retained-graph",
     "TGL201": "module-mode",
+    "TGL104": "ctx-tensors",
+    "TGL304": "gradcheck-power",
 }
 
 AGREE, DISAGREE = "agree", "disagree"

@@ -1,0 +1,280 @@
+"""Probes for the numerics and custom-autograd rules (TGL104, TGL303, TGL304, TGL305).
+
+=================  ===========  ==========================================================
+probe              rules        defect when
+=================  ===========  ==========================================================
+gradcheck-power    TGL304       >= 1 gradcheck/gradgradcheck call that cannot tell right
+                                from wrong: the correct function fails it, or the same
+                                function with a backward 1 % too large passes it
+ctx-tensors        TGL104       >= 1 custom-Function output still alive after ``main``
+                                returned with gc disabled and freed by ``gc.collect()``
+                                (held only by a ctx reference cycle),
+                                or >= 1 backward that read a tensor stored on ctx after it
+                                was modified in place (a silently wrong gradient)
+=================  ===========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from contextlib import ExitStack
+from typing import Any, Callable
+
+import torch
+
+from .probes import PROBES, Measurement, Probe, human_bytes
+
+# --------------------------------------------------------------------------------------------------
+# TGL304: gradcheck resolving power
+# --------------------------------------------------------------------------------------------------
+
+#: the relative error of the skewed backward the re-check must catch (1 %)
+SKEW = 1.01
+
+
+class _SkewedGrad(torch.autograd.Function):
+    """Identity in forward; backward returns the incoming gradient times :data:`SKEW`."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * SKEW
+
+
+def skew_backward(func: Callable) -> Callable:
+    """``func`` with every differentiable tensor argument routed through :class:`_SkewedGrad`:
+    the same values (so the same numerical Jacobian), an analytical Jacobian 1 % too large."""
+    def skewed(*args: Any) -> Any:
+        return func(*[_SkewedGrad.apply(a) if isinstance(a, torch.Tensor) and a.requires_grad else a
+                      for a in args])
+    return skewed
+
+
+def _passes(helper: Callable, args: dict) -> bool:
+    from torch.autograd.gradcheck import GradcheckError
+
+    try:
+        return bool(helper(**args))
+    except GradcheckError:
+        return False
+
+
+class GradcheckPowerProbe(Probe):
+    """Re-runs every ``gradcheck``/``gradgradcheck`` of the fixture twice to measure whether it can
+    tell a right backward from a wrong one.
+
+    The probe wraps ``torch.autograd.gradcheck._gradcheck_helper`` (the function every public
+    ``gradcheck`` and ``gradgradcheck`` spelling ends in, whatever name the fixture imported), and
+    for each call, with the same inputs and the same ``eps``/``atol``/``rtol``, checks (1) the
+    function as given (a fixture's functions have correct backward formulas) and (2) the function
+    with a backward exactly 1 % too large (:func:`skew_backward`). A sound check passes (1) and
+    fails (2); in float64 with default tolerances it does.
+
+    Figure: unreliable checks (count) in the run at N: (1) failed or (2) passed.
+    Threshold: defect when >= 1 unreliable check.
+    """
+
+    name = "gradcheck-power"
+    rules = ("TGL304",)
+    unit = "checks"
+    threshold = (">= 1 gradcheck that fails the correct backward or passes a backward 1 % too large "
+                 "(same inputs and tolerances)")
+    handles_exceptions = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+        self.correct_failed = 0
+        self.skewed_passed = 0
+        self.unreliable = 0
+        self.dtypes: set[str] = set()
+        self._inside = False
+
+    def _install(self, stack: ExitStack) -> None:
+        module = sys.modules["torch.autograd.gradcheck"]
+        orig = module._gradcheck_helper
+
+        def helper(**args: Any) -> Any:
+            if self._inside:
+                return orig(**args)
+            self._inside = True
+            try:
+                self._measure(orig, args)
+            finally:
+                self._inside = False
+            return orig(**args)
+
+        module._gradcheck_helper = helper
+        stack.callback(setattr, module, "_gradcheck_helper", orig)
+
+    def _measure(self, orig: Callable, args: dict) -> None:
+        inputs = args["inputs"] if isinstance(args["inputs"], (tuple, list)) else (args["inputs"],)
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                self.dtypes.add(str(t.dtype).replace("torch.", ""))
+        self.checks += 1
+        correct = _passes(orig, args)
+        skewed = _passes(orig, dict(args, func=skew_backward(args["func"])))
+        self.correct_failed += not correct
+        self.skewed_passed += skewed
+        self.unreliable += (not correct) or skewed
+
+    def on_exception(self, exc: BaseException) -> bool:
+        from torch.autograd.gradcheck import GradcheckError
+
+        return isinstance(exc, GradcheckError) and self.checks > 0
+
+    def sample(self) -> dict:
+        """``checks``, ``unreliable`` ones, ``correct_failed``, ``skewed_passed``, differentiable input ``dtypes``."""
+        return {"checks": self.checks, "unreliable": self.unreliable, "correct_failed": self.correct_failed,
+                "skewed_passed": self.skewed_passed, "dtypes": sorted(self.dtypes)}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run has >= 1 check that fails the correct or passes the 1 %-wrong backward."""
+        s = samples[min(samples)]
+        bad = s["unreliable"]
+        defect = any(v["unreliable"] >= 1 for v in samples.values())
+        display = (f"unreliable gradchecks: {bad}/{s['checks']} (correct backward failed {s['correct_failed']}, "
+                   f"1 %-wrong backward passed {s['skewed_passed']}; inputs {', '.join(s['dtypes']) or '-'})")
+        return Measurement(cls.name, float(bad), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+# --------------------------------------------------------------------------------------------------
+# TGL104: tensors stored on a custom Function's ctx
+# --------------------------------------------------------------------------------------------------
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    """Tensors in ``value`` or directly inside a tuple/list/dict ``value``."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+class CtxTensorProbe(Probe):
+    """Measures the two costs of tensors kept as ``ctx`` attributes of custom autograd Functions.
+
+    The probe wraps ``_SingleLevelFunction.apply`` (what ``Function.apply`` calls through
+    ``super()``, so every ``MyFn.apply`` spelling is seen) and ``BackwardCFunction.apply`` (what the
+    autograd engine calls to run a custom backward). After each forward it takes a weak reference to
+    every output and records, for every tensor stored in ``ctx.__dict__``, its version counter
+    (``Tensor._version``). Before each backward it compares the versions: a stored tensor modified in
+    place since forward means backward computes with changed values, silently (``save_for_backward``
+    checks the version and raises). Garbage collection is disabled during the run; when ``main`` has
+    returned, the outputs still alive (other than those ``main``'s locals held at its return) that
+    ``gc.collect()`` then frees were held only by a reference cycle (output -> ``grad_fn`` = ctx -> output): the dead outputs that wait for the cyclic collector.
+
+    Figure: dead outputs kept alive plus stale ctx tensors read by backward (count) in the run at N.
+    Threshold: defect when >= 1.
+    """
+
+    name = "ctx-tensors"
+    rules = ("TGL104",)
+    unit = "tensors"
+    needs_frame = True
+    threshold = (">= 1 custom-Function output alive after main returned with gc disabled and freed only by "
+                 "gc.collect() (a ctx reference cycle), or >= 1 ctx-attribute tensor modified in place before "
+                 "backward read it")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forwards = 0
+        self.backwards = 0
+        self.ctx_tensors = 0
+        self.stale_reads = 0
+        self.dead_outputs = 0
+        self.dead_bytes = 0
+        self._outputs: list[weakref.ref] = []
+        self._main_locals: set[int] = set()
+        self._versions: dict[int, list[tuple[weakref.ref, int]]] = {}
+
+    def _install(self, stack: ExitStack) -> None:
+        from torch.autograd.function import BackwardCFunction, _SingleLevelFunction
+
+        probe = self
+        was_enabled = gc.isenabled()
+        gc.disable()
+        stack.callback(lambda: gc.enable() if was_enabled else None)
+
+        def forward_apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            result = super(_SingleLevelFunction, cls).apply(*args, **kwargs)
+            probe._after_forward(result)
+            return result
+
+        orig_backward = BackwardCFunction.apply
+
+        def backward_apply(ctx: Any, *args: Any) -> Any:
+            probe._before_backward(ctx)
+            return orig_backward(ctx, *args)
+
+        _SingleLevelFunction.apply = classmethod(forward_apply)  # type: ignore[method-assign]
+        BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
+        stack.callback(delattr, _SingleLevelFunction, "apply")
+        stack.callback(setattr, BackwardCFunction, "apply", orig_backward)
+        stack.callback(self._count_dead_outputs)  # runs first: main has returned, gc still off
+
+    def _after_forward(self, result: Any) -> None:
+        self.forwards += 1
+        outputs = _tensors_in(result)
+        ctx = next((t.grad_fn for t in outputs if t.grad_fn is not None), None)
+        self._outputs.extend(weakref.ref(t) for t in outputs)
+        if ctx is None:
+            return
+        stored = [t for v in vars(ctx).values() for t in _tensors_in(v)]
+        self.ctx_tensors += len(stored)
+        self._versions[id(ctx)] = [(weakref.ref(t), t._version) for t in stored]
+
+    def _before_backward(self, ctx: Any) -> None:
+        self.backwards += 1
+        for ref, version in self._versions.pop(id(ctx), ()):
+            t = ref()
+            if t is not None and t._version != version:
+                self.stale_reads += 1
+
+    def on_main_return(self, frame: Any) -> None:
+        """Remember the tensors ``main``'s locals hold at its return: they were alive legitimately, and a
+        lazy import inside torch can leave ``main``'s frame in an unrelated garbage cycle."""
+        self._main_locals = {id(t) for v in frame.f_locals.values() for t in _tensors_in(v)}
+
+    def _count_dead_outputs(self) -> None:
+        """Outputs alive now (``main`` returned, gc off) that ``gc.collect()`` frees: held only by a cycle."""
+        before = {id(r): r for r in self._outputs if r() is not None and id(r()) not in self._main_locals}
+        sizes = {k: r().numel() * r().element_size() for k, r in before.items()}
+        self._outputs.clear()
+        gc.collect()
+        freed = [k for k, r in before.items() if r() is None]
+        self.dead_outputs = len(freed)
+        self.dead_bytes = sum(sizes[k] for k in freed)
+
+    def sample(self) -> dict:
+        """Counts: ``forwards``/``backwards`` of custom Functions, ``ctx_tensors`` stored as attributes,
+        ``stale_reads``, ``dead_outputs`` and ``dead_bytes`` alive after ``main`` returned."""
+        return {"forwards": self.forwards, "backwards": self.backwards, "ctx_tensors": self.ctx_tensors,
+                "stale_reads": self.stale_reads, "dead_outputs": self.dead_outputs, "dead_bytes": self.dead_bytes}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run has >= 1 dead output held by a cycle or >= 1 stale ctx tensor read."""
+        s = samples[min(samples)]
+        figure = s["dead_outputs"] + s["stale_reads"]
+        defect = any(v["dead_outputs"] + v["stale_reads"] >= 1 for v in samples.values())
+        display = (f"dead outputs alive: {s['dead_outputs']} ({human_bytes(s['dead_bytes'])}), in-place-modified "
+                   f"ctx tensors read by backward: {s['stale_reads']} ({s['ctx_tensors']} ctx tensors, "
+                   f"{s['forwards']} forwards)")
+        return Measurement(cls.name, float(figure), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+NUMERICS_PROBES: tuple[type[Probe], ...] = (GradcheckPowerProbe, CtxTensorProbe)
+PROBES.update({p.name: p for p in NUMERICS_PROBES})
