@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torchgradlint.harness.probes import PROBES  # noqa: E402
-from torchgradlint.harness.probes_numerics import CtxTensorProbe, GradcheckPowerProbe  # noqa: E402
+from torchgradlint.harness.probes_numerics import CtxTensorProbe, GradcheckPowerProbe, NanParameterProbe  # noqa: E402,E501
 from torchgradlint.harness.runner import RULE_PROBES  # noqa: E402
 
 
@@ -25,7 +25,7 @@ def observed(probe_cls, program, steps: int = 2) -> dict:
 
 
 def test_probes_are_registered_for_their_rules():
-    for code, name in {"TGL104": "ctx-tensors", "TGL304": "gradcheck-power"}.items():
+    for code, name in {"TGL104": "ctx-tensors", "TGL304": "gradcheck-power", "TGL305": "nan-parameters"}.items():
         assert RULE_PROBES[code] == name and PROBES[name].rules == (code,)
 
 
@@ -141,3 +141,30 @@ def test_ctx_tensors_restores_autograd_and_gc():
     observed(CtxTensorProbe, _train(_ExpSaved.apply))
     assert BackwardCFunction.apply is before and "apply" not in vars(_SingleLevelFunction)
     assert gc.isenabled()
+
+
+def _adam_embedding(dtype, eps):
+    def program():
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4).to(dtype)
+        opt = torch.optim.Adam(emb.parameters(), lr=1e-3, eps=eps)
+        for _ in range(2):
+            loss = emb(torch.tensor([0, 1, 2])).float().sum()  # rows 3-9 get an exactly zero gradient
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return program
+
+
+def test_nan_parameters_fp16_adam_default_eps():
+    m = observed(NanParameterProbe, _adam_embedding(torch.float16, 1e-8))
+    run = m["details"]["runs"]["2"]
+    assert m["defect"] is True and run["nonfinite"] == 7 * 4 and run["first_bad_step"] == 1
+    assert run["dtypes"] == ["float16"] and run["elements"] == 40
+
+
+def test_nan_parameters_fp16_adam_eps_1e4_and_fp32_are_healthy():
+    for dtype, eps in ((torch.float16, 1e-4), (torch.float32, 1e-8)):
+        m = observed(NanParameterProbe, _adam_embedding(dtype, eps))
+        assert m["defect"] is False and m["figure"] == 0
+        assert m["details"]["runs"]["2"]["steps_total"] == 2

@@ -86,8 +86,13 @@ def dtype_kind(model: FileModel, node: Optional[cst.BaseExpression], at: Optiona
     return _TENSOR_TYPES.get(last)
 
 
-def is_float16(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
-    """Whether ``node`` names ``torch.float16`` / ``torch.half`` (not bfloat16)."""
+def is_float16(model: FileModel, node: Optional[cst.BaseExpression], at: Optional[_Located] = None) -> bool:
+    """Whether ``node`` names ``torch.float16`` / ``torch.half`` (not bfloat16); with ``at``, a local
+    name bound to one (``dtype = torch.float16``) counts."""
+    if at is not None and isinstance(node, cst.Name):
+        binding = model.reaching_binding(node.value, at)
+        if binding is not None and binding.kind == "assign" and not binding.unpacked:
+            node = binding.value
     return model.qualname(node) in _FLOAT16
 
 

@@ -11,6 +11,7 @@ ctx-tensors        TGL104       >= 1 custom-Function output still alive after ``
                                 (held only by a ctx reference cycle),
                                 or >= 1 backward that read a tensor stored on ctx after it
                                 was modified in place (a silently wrong gradient)
+nan-parameters     TGL305       >= 1 non-finite parameter element after an optimizer step
 =================  ===========  ==========================================================
 """
 
@@ -20,7 +21,7 @@ import gc
 import sys
 import weakref
 from contextlib import ExitStack
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -276,5 +277,73 @@ class CtxTensorProbe(Probe):
                            {"runs": {str(k): v for k, v in samples.items()}})
 
 
-NUMERICS_PROBES: tuple[type[Probe], ...] = (GradcheckPowerProbe, CtxTensorProbe)
+# --------------------------------------------------------------------------------------------------
+# TGL305: parameters turned non-finite by an optimizer step
+# --------------------------------------------------------------------------------------------------
+
+
+class NanParameterProbe(Probe):
+    """Counts parameter elements an optimizer step turned into NaN or infinity.
+
+    A global optimizer step post-hook (:func:`torch.optim.optimizer.register_optimizer_step_post_hook`)
+    counts, after every ``step()``, the non-finite elements of every parameter the optimizer owns,
+    and the parameters' dtypes. Parameters are initialised finite by every fixture, so a non-finite
+    element is the step's doing (Adam's ``0 / (0 + eps)`` with eps rounded to 0 in float16).
+
+    Figure: non-finite parameter elements after the last step of the run at N, out of all elements.
+    Threshold: defect when >= 1.
+    """
+
+    name = "nan-parameters"
+    rules = ("TGL305",)
+    unit = "elements"
+    threshold = ">= 1 NaN/inf parameter element after an optimizer step"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps_total = 0
+        self.nonfinite = 0
+        self.elements = 0
+        self.first_bad_step: Optional[int] = None
+        self.dtypes: set[str] = set()
+
+    def _install(self, stack: ExitStack) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        stack.callback(register_optimizer_step_post_hook(self._post_step).remove)
+
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.steps_total += 1
+        bad = total = 0
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if not isinstance(p, torch.Tensor) or not p.is_floating_point():
+                        continue
+                    self.dtypes.add(str(p.dtype).replace("torch.", ""))
+                    total += p.numel()
+                    bad += int((~torch.isfinite(p)).sum())
+        self.nonfinite, self.elements = bad, total
+        if bad and self.first_bad_step is None:
+            self.first_bad_step = self.steps_total
+
+    def sample(self) -> dict:
+        """``steps_total``, ``nonfinite`` of ``elements`` after the last step, ``first_bad_step``, ``dtypes``."""
+        return {"steps_total": self.steps_total, "nonfinite": self.nonfinite, "elements": self.elements,
+                "first_bad_step": self.first_bad_step, "dtypes": sorted(self.dtypes)}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run ends with >= 1 non-finite parameter element."""
+        s = samples[min(samples)]
+        defect = any(v["nonfinite"] >= 1 for v in samples.values())
+        display = (f"non-finite parameter elements: {s['nonfinite']}/{s['elements']} after {s['steps_total']} "
+                   f"steps ({', '.join(s['dtypes']) or '-'})")
+        if s["first_bad_step"] is not None:
+            display += f", first at step {s['first_bad_step']}"
+        return Measurement(cls.name, float(s["nonfinite"]), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+NUMERICS_PROBES: tuple[type[Probe], ...] = (GradcheckPowerProbe, CtxTensorProbe, NanParameterProbe)
 PROBES.update({p.name: p for p in NUMERICS_PROBES})

@@ -29,6 +29,7 @@ RULE_PROBES: dict[str, str] = {
     "TGL201": "module-mode",
     "TGL104": "ctx-tensors",
     "TGL304": "gradcheck-power",
+    "TGL305": "nan-parameters",
 }
 
 AGREE, DISAGREE = "agree", "disagree"
