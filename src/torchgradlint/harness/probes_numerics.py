@@ -174,7 +174,8 @@ class CtxTensorProbe(Probe):
     place since forward means backward computes with changed values, silently (``save_for_backward``
     checks the version and raises). Garbage collection is disabled during the run; when ``main`` has
     returned, the outputs still alive (other than those ``main``'s locals held at its return) that
-    ``gc.collect()`` then frees were held only by a reference cycle (output -> ``grad_fn`` = ctx -> output): the dead outputs that wait for the cyclic collector.
+    ``gc.collect()`` then frees were held only by a reference cycle (output -> ``grad_fn`` = ctx ->
+    output): the dead outputs that wait for the cyclic collector.
 
     Figure: dead outputs kept alive plus stale ctx tensors read by backward (count) in the run at N.
     Threshold: defect when >= 1.
