@@ -7,7 +7,7 @@ import pytest
 from torchgradlint.engine import lint_source
 from torchgradlint.registry import get_rule
 
-CODES = ["TGL104", "TGL304", "TGL305"]
+CODES = ["TGL104", "TGL303", "TGL304", "TGL305"]
 
 
 def block(docs: str, heading: str) -> str:

@@ -5,7 +5,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torchgradlint.harness.probes import PROBES  # noqa: E402
-from torchgradlint.harness.probes_numerics import CtxTensorProbe, GradcheckPowerProbe, NanParameterProbe  # noqa: E402,E501
+from torchgradlint.harness.probes_numerics import (  # noqa: E402
+    CtxTensorProbe,
+    GradcheckPowerProbe,
+    NanParameterProbe,
+    ProbabilityInputProbe,
+    ce_floor,
+    logit_gradient_ratio,
+)
 from torchgradlint.harness.runner import RULE_PROBES  # noqa: E402
 
 
@@ -25,7 +32,8 @@ def observed(probe_cls, program, steps: int = 2) -> dict:
 
 
 def test_probes_are_registered_for_their_rules():
-    for code, name in {"TGL104": "ctx-tensors", "TGL304": "gradcheck-power", "TGL305": "nan-parameters"}.items():
+    for code, name in {"TGL104": "ctx-tensors", "TGL303": "probability-input", "TGL304": "gradcheck-power",
+                       "TGL305": "nan-parameters"}.items():
         assert RULE_PROBES[code] == name and PROBES[name].rules == (code,)
 
 
@@ -168,3 +176,42 @@ def test_nan_parameters_fp16_adam_eps_1e4_and_fp32_are_healthy():
         m = observed(NanParameterProbe, _adam_embedding(dtype, eps))
         assert m["defect"] is False and m["figure"] == 0
         assert m["details"]["runs"]["2"]["steps_total"] == 2
+
+
+def test_ce_floor_and_gradient_ratio_match_the_research():
+    assert round(ce_floor(10), 3) == 1.461
+    confident_wrong = torch.softmax(torch.tensor([[0.0, 12.0]]), dim=1)
+    ratio = float(logit_gradient_ratio(confident_wrong, torch.tensor([0]))[0])
+    assert ratio < 1e-3  # the research: 1.19e-4 / 1.414 for its sample
+
+
+def _classify(with_softmax: bool):
+    def program():
+        import torch.nn.functional as F
+
+        torch.manual_seed(0)
+        logits = torch.randn(16, 10, requires_grad=True)
+        y = torch.randint(0, 10, (16,))
+        x = F.softmax(logits, dim=1) if with_softmax else logits
+        torch.nn.CrossEntropyLoss()(x, y).backward()
+    return program
+
+
+def test_probability_input_softmax_into_cross_entropy():
+    m = observed(ProbabilityInputProbe, _classify(True))
+    run = m["details"]["runs"]["2"]
+    assert m["defect"] is True and run["probability_calls"] == 1 and run["losses"] == ["cross_entropy"]
+    assert round(run["floor"], 3) == 1.461 and 0 < run["ratio"] < 1
+
+
+def test_probability_input_logits_are_healthy():
+    m = observed(ProbabilityInputProbe, _classify(False))
+    assert m["defect"] is False and m["details"]["runs"]["2"]["calls"] == 1
+
+
+def test_probability_input_sigmoid_into_bce_with_logits():
+    def program():
+        z = torch.randn(32)
+        torch.nn.functional.binary_cross_entropy_with_logits(torch.sigmoid(z), (z > 0).float())
+
+    assert observed(ProbabilityInputProbe, program)["defect"] is True

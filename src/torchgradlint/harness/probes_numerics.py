@@ -12,6 +12,9 @@ ctx-tensors        TGL104       >= 1 custom-Function output still alive after ``
                                 or >= 1 backward that read a tensor stored on ctx after it
                                 was modified in place (a silently wrong gradient)
 nan-parameters     TGL305       >= 1 non-finite parameter element after an optimizer step
+probability-input  TGL303       >= 1 cross_entropy/nll_loss call whose input rows are
+                                probabilities, or binary_cross_entropy_with_logits call whose
+                                input lies in [0, 1]: the loss has a floor above 0
 =================  ===========  ==========================================================
 """
 
@@ -346,5 +349,132 @@ class NanParameterProbe(Probe):
                            {"runs": {str(k): v for k, v in samples.items()}})
 
 
-NUMERICS_PROBES: tuple[type[Probe], ...] = (GradcheckPowerProbe, CtxTensorProbe, NanParameterProbe)
+# --------------------------------------------------------------------------------------------------
+# TGL303: probabilities fed to losses that expect logits
+# --------------------------------------------------------------------------------------------------
+
+_SIMPLEX_TOL = 1e-3
+
+
+def _class_last(x: torch.Tensor) -> torch.Tensor:
+    """``(N, C, d1, ...)`` -> ``(N * d1 * ..., C)``; ``(C,)`` -> ``(1, C)``."""
+    if x.dim() == 1:
+        return x.unsqueeze(0)
+    return x.movedim(1, -1).reshape(-1, x.shape[1])
+
+
+def ce_floor(classes: int) -> float:
+    """The smallest cross-entropy a probability input can reach (nats): the softmax of a one-hot row,
+    ``log(e + C - 1) - 1`` (1.461 for 10 classes)."""
+    import math
+
+    return math.log(math.e + classes - 1) - 1
+
+
+def logit_gradient_ratio(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per row: the norm of the gradient that reaches the logits through ``softmax`` then
+    ``cross_entropy`` over the norm ``cross_entropy`` on the logits would give (``p - onehot``)."""
+    onehot = torch.nn.functional.one_hot(target, probs.shape[1]).to(probs.dtype)
+    g_in = torch.softmax(probs, dim=1) - onehot  # d CE(p) / d p
+    through = probs * g_in - probs * (probs * g_in).sum(1, keepdim=True)  # softmax Jacobian^T g_in
+    return through.norm(dim=1) / (probs - onehot).norm(dim=1).clamp_min(1e-12)
+
+
+class ProbabilityInputProbe(Probe):
+    """Inspects the input of every ``cross_entropy`` / ``nll_loss`` / ``binary_cross_entropy_with_logits``
+    call (the module losses call these too) for probabilities.
+
+    A call counts when the input's class rows all lie on the probability simplex (values in [0, 1],
+    row sums 1 within 1e-3) for ``cross_entropy``/``nll_loss``, or all input values lie in [0, 1] for
+    ``binary_cross_entropy_with_logits``. Such a loss has a floor above 0: ``log(e + C - 1) - 1`` nats
+    for cross-entropy with C classes, ``log(1 + e**-1) = 0.313`` (target 1) to 0.693 (target 0) for
+    BCE-with-logits. For cross-entropy with class-index targets the probe also measures how much of
+    the gradient reaches the logits through the softmax, relative to cross-entropy on the logits
+    (median over samples).
+
+    Figure: loss calls with probability inputs (count) in the run at N. Threshold: defect when >= 1.
+    """
+
+    name = "probability-input"
+    rules = ("TGL303",)
+    unit = "calls"
+    threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities, or "
+                 "binary_cross_entropy_with_logits call whose input lies in [0, 1] (a loss floor above 0)")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.probability_calls = 0
+        self.losses: set[str] = set()
+        self.floor: Optional[float] = None
+        self.ratios: list[float] = []
+        self._inside = False
+
+    def _install(self, stack: ExitStack) -> None:
+        import torch.nn.functional as F
+
+        for name in ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits"):
+            orig = getattr(F, name)
+            setattr(F, name, self._wrap(name, orig))
+            stack.callback(setattr, F, name, orig)
+
+    def _wrap(self, name: str, orig: Callable) -> Callable:
+        def wrapper(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self._inside and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
+                self._inside = True
+                try:
+                    with torch.no_grad():
+                        self._inspect(name, input.detach().float(), target.detach())
+                finally:
+                    self._inside = False
+            return orig(input, target, *args, **kwargs)
+
+        wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+        return wrapper
+
+    def _inspect(self, name: str, x: torch.Tensor, target: torch.Tensor) -> None:
+        self.calls += 1
+        if x.numel() == 0 or not bool(torch.isfinite(x).all()) or not (bool((x >= 0).all()) and bool((x <= 1).all())):
+            return
+        if name == "binary_cross_entropy_with_logits":
+            self.probability_calls += 1
+            self.losses.add(name)
+            self.floor = min(self.floor if self.floor is not None else 1.0, 0.3133)
+            return
+        rows = _class_last(x)
+        if rows.shape[1] < 2 or not bool(((rows.sum(1) - 1).abs() <= _SIMPLEX_TOL).all()):
+            return
+        self.probability_calls += 1
+        self.losses.add(name)
+        if name == "cross_entropy":
+            self.floor = ce_floor(rows.shape[1])
+            if target.dtype in (torch.int64, torch.int32) and target.numel() == rows.shape[0]:
+                ratio = logit_gradient_ratio(rows, target.reshape(-1).long())
+                self.ratios.append(float(ratio.median()))
+
+    def sample(self) -> dict:
+        """``calls``, ``probability_calls``, ``losses`` involved, the ``floor`` (nats) and the median
+        logit-gradient ``ratio`` over the calls (``None`` where not measured)."""
+        ratio = sorted(self.ratios)[len(self.ratios) // 2] if self.ratios else None
+        return {"calls": self.calls, "probability_calls": self.probability_calls, "losses": sorted(self.losses),
+                "floor": self.floor, "ratio": ratio}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run has >= 1 loss call fed probabilities."""
+        s = samples[min(samples)]
+        defect = any(v["probability_calls"] >= 1 for v in samples.values())
+        display = f"probability inputs: {s['probability_calls']}/{s['calls']} loss calls"
+        if s["losses"]:
+            display += f" ({', '.join(s['losses'])})"
+        if s["floor"] is not None:
+            display += f", loss floor {s['floor']:.3f} nats"
+        if s["ratio"] is not None:
+            display += f", logit gradient x{s['ratio']:.3g} (median)"
+        return Measurement(cls.name, float(s["probability_calls"]), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+NUMERICS_PROBES: tuple[type[Probe], ...] = (GradcheckPowerProbe, CtxTensorProbe, NanParameterProbe,
+                                            ProbabilityInputProbe)
 PROBES.update({p.name: p for p in NUMERICS_PROBES})

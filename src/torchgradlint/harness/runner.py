@@ -28,6 +28,7 @@ RULE_PROBES: dict[str, str] = {
     "TGL102": "retained-graph",
     "TGL201": "module-mode",
     "TGL104": "ctx-tensors",
+    "TGL303": "probability-input",
     "TGL304": "gradcheck-power",
     "TGL305": "nan-parameters",
 }
