@@ -233,6 +233,37 @@ def _first_fact_after(model: FileModel, scope: Scope, node: cst.CSTNode) -> Opti
     return _Located(scope, scope.end, (), (), None, node)
 
 
+def _loss_candidates(model: FileModel):
+    """A cheap test of which calls may call a loss module instance, so that only those are resolved:
+    the callee is bound to a loss constructor somewhere in the file (directly, or through a name that
+    is bound to one or is a parameter defaulting to one), or is a parameter of its function when the
+    file builds a loss module at all."""
+    texts: set[str] = set()
+    for a in model.assigns:
+        value = unwrap(a.value)
+        if isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _LOSS_MODULES:
+            texts.update(t.text for t in a.targets if t.text)
+    for scope in model.scopes:
+        node = scope.node
+        if isinstance(node, cst.FunctionDef):
+            for p in [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]:
+                if isinstance(p.default, cst.Call) and (model.qualname(p.default.func) or "") in _LOSS_MODULES:
+                    texts.add(p.name.value)
+    if not texts:
+        return lambda call: False
+    for a in model.assigns:
+        if isinstance(a.value, cst.Name) and a.value.value in texts:
+            texts.update(t.text for t in a.targets if t.text)
+
+    def candidate(call: Call) -> bool:
+        text = call.func_text or ""
+        if text in texts:
+            return True
+        fn = model.enclosing_function(call.scope)
+        return fn is not None and text in fn.params
+    return candidate
+
+
 def _shown(model: FileModel, node: cst.CSTNode) -> str:
     text = model.module.code_for_node(node)
     return f"`{text}`" if len(text) <= 40 else "the input"
@@ -252,7 +283,11 @@ class SoftmaxIntoCeLoss(Rule):
     code = "TGL303"
     name = "softmax-into-ce-loss"
     summary = "softmax/sigmoid probabilities passed to CrossEntropyLoss/NLLLoss/*WithLogits, or log(softmax())"
-    prefilter = (("softmax", "Softmax", "sigmoid", "Sigmoid", "expit"),)
+    # a probability source, and a loss that takes logits or a log (``log as`` covers ``from torch import
+    # log as ln``)
+    prefilter = (("softmax", "Softmax", "sigmoid", "Sigmoid", "expit"),
+                 ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss", "with_logits", "WithLogits", "log(",
+                  ".log()", "log as"))
     docs = """
 ## What it does
 Checks the input (first argument) of `nn.CrossEntropyLoss` instances and
@@ -309,6 +344,7 @@ probs = F.softmax(logits, dim=1)  # for metrics only
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         resolver = _Resolver(model)
+        candidates = _loss_candidates(model)
         for call in model.calls:
             if call.qualname == "torch.log" or (call.method == "log" and not call.node.args):
                 arg = call.arg(0) if call.qualname == "torch.log" else call.receiver
@@ -318,6 +354,8 @@ probs = F.softmax(logits, dim=1)  # for metrics only
                         "logits and gives NaN gradients; use `log_softmax` (F.log_softmax / torch.log_softmax)"))
                 continue
             if not call.node.args or call.func_text is None:
+                continue
+            if call.qualname not in _LOSS_FUNCTIONS and not candidates(call):
                 continue
             loss = resolver.loss_kind(call)
             if loss is None:
