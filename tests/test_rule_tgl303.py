@@ -77,11 +77,13 @@ def test_sequential_name_ending_in_softmax_and_sigmoid_module():
         from torch import nn
         net = nn.Sequential(nn.Linear(4, 3), nn.Softmax(dim=1))
         head = nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
-        a = nn.CrossEntropyLoss()(net(x), y) if False else nn.functional.cross_entropy(net(x), y)
+        a = nn.functional.cross_entropy(net(x), y)
         b = nn.BCEWithLogitsLoss()
         c = b(head(x), t)
         d = nn.functional.binary_cross_entropy_with_logits(head(x), t)
-    """) == [5, 7, 8]
+        e = nn.CrossEntropyLoss()(net(x), y)
+        f = nn.MSELoss()(net(x), y)
+    """) == [5, 7, 8, 9]
 
 
 def test_near_misses_are_silent():

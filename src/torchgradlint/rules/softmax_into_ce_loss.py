@@ -206,7 +206,7 @@ class _Resolver:
         """Which loss ``call`` computes: a functional loss or an instance of a loss module."""
         if call.qualname in _LOSS_FUNCTIONS:
             return _LOSS_FUNCTIONS[call.qualname]
-        if call.qualname and call.qualname.startswith("torch.") and "." in (call.func_text or "."):
+        if call.qualname and call.qualname.startswith("torch."):
             return None
         ctors = self.constructors(call.node.func, call)
         if not ctors:
@@ -353,9 +353,11 @@ probs = F.softmax(logits, dim=1)  # for metrics only
                         f"`log` of the softmax output {_shown(model, arg)}: it underflows to -inf for confident "
                         "logits and gives NaN gradients; use `log_softmax` (F.log_softmax / torch.log_softmax)"))
                 continue
-            if not call.node.args or call.func_text is None:
+            if not call.node.args:
                 continue
-            if call.qualname not in _LOSS_FUNCTIONS and not candidates(call):
+            inline = isinstance(call.node.func, cst.Call)  # nn.CrossEntropyLoss()(probs, y)
+            if not inline and (call.func_text is None or call.qualname not in _LOSS_FUNCTIONS
+                               and not candidates(call)):
                 continue
             loss = resolver.loss_kind(call)
             if loss is None:
