@@ -1,0 +1,72 @@
+"""The structure probes (harness/probes_structure.py) on tiny defective and healthy programs."""
+
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchgradlint.harness.probes_structure import (  # noqa: E402
+    EvalSpreadProbe,
+    UnoptimizedGradientProbe,
+    UnusedGraphProbe,
+)
+from torchgradlint.harness.worker import measure  # noqa: E402
+
+STEPS = 3
+
+TRAIN = """
+import torch
+from torch import nn
+
+
+def train(model, steps, params=None):
+    opt = torch.optim.SGD(params if params is not None else model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+"""
+
+
+def run(tmp_path, body: str, probe: str) -> dict:
+    path = tmp_path / "prog.py"
+    path.write_text(TRAIN + textwrap.dedent(body), encoding="utf-8")
+    result = measure(path, probe, "cpu", STEPS)
+    assert result["error"] is None, result["error"]
+    return result["measurement"]
+
+
+# -- unused-graph (TGL103) ---------------------------------------------------------------------
+BARE = """
+def main(device, steps):
+    model = nn.Linear(4, 2)
+    train(model, steps)
+    model.eval()
+    torch.no_grad()
+    for _ in range(steps):
+        model(torch.randn(8, 4))
+"""
+
+
+def test_unused_graph_counts_evaluation_forwards_that_record_a_graph(tmp_path):
+    m = run(tmp_path, BARE, UnusedGraphProbe.name)
+    assert m["defect"] is True
+    assert m["figure"] == STEPS  # the evaluation forwards, not the trained ones
+    assert m["display"] == f"forwards with an unused graph: {STEPS}/{2 * STEPS}"
+
+
+def test_unused_graph_healthy_under_with(tmp_path):
+    m = run(tmp_path, BARE.replace("    torch.no_grad()\n    for", "    with torch.no_grad():\n     for"),
+            UnusedGraphProbe.name)
+    assert m["defect"] is False and m["figure"] == 0
+
+
+def test_unused_graph_counts_only_top_level_calls(tmp_path):
+    m = run(tmp_path, """
+def main(device, steps):
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    train(model, steps)
+""", UnusedGraphProbe.name)
+    assert m["defect"] is False
+    assert m["details"]["runs"][str(STEPS)]["forwards"] == STEPS
