@@ -70,3 +70,48 @@ def main(device, steps):
 """, UnusedGraphProbe.name)
     assert m["defect"] is False
     assert m["details"]["runs"][str(STEPS)]["forwards"] == STEPS
+
+
+# -- eval-spread (TGL203) ----------------------------------------------------------------------
+SPREAD = """
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 16)
+
+    def forward(self, x):
+        return F.dropout(self.fc(x), 0.5{training})
+
+
+def main(device, steps):
+    model = Net()
+    train(model, steps)
+    model.eval()
+    with torch.no_grad():
+        model(torch.randn(8, 4))
+"""
+
+
+def test_eval_spread_measures_functional_dropout_in_eval_mode(tmp_path):
+    m = run(tmp_path, SPREAD.format(training=""), EvalSpreadProbe.name)
+    assert m["defect"] is True
+    assert m["figure"] > 0.1  # half the units of a 16-wide layer zeroed at random
+    assert m["details"]["runs"][str(STEPS)]["spreads"].keys() == {"Net"}
+
+
+def test_eval_spread_zero_when_dropout_follows_the_mode(tmp_path):
+    m = run(tmp_path, SPREAD.format(training=", training=self.training"), EvalSpreadProbe.name)
+    assert m["defect"] is False and m["figure"] == 0.0
+
+
+def test_eval_spread_restores_the_module_mode(tmp_path):
+    probe = EvalSpreadProbe()
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    with probe.observe("cpu", 1):
+        net(torch.randn(3, 2))
+    assert net.training
+    s = probe.sample()
+    assert net.training and s["max_spread"] == 0.0

@@ -185,13 +185,13 @@ class EvalSpreadProbe(Probe):
                     out = next(iter(_tensors(module(*args))), None)
                     if out is None or not out.is_floating_point():
                         return 0.0
-                    outs.append(out.detach().float())
+                    outs.append(out.detach().double())
             return float(torch.stack(outs).std(dim=0).mean())
         finally:
             module.train(was_training)
 
     def sample(self) -> dict:
-        """Per top-level module class: the mean std of its repeated eval predictions."""
+        """Per top-level module class: the mean std of its repeated eval predictions (float64)."""
         spreads: dict[str, float] = {}
         for module, args in self._last.values():
             key = type(module).__name__
