@@ -115,3 +115,50 @@ def test_eval_spread_restores_the_module_mode(tmp_path):
     assert net.training
     s = probe.sample()
     assert net.training and s["max_spread"] == 0.0
+
+
+# -- unoptimized-grads (TGL006, TGL007) --------------------------------------------------------
+LISTED = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 4)
+        self.hidden = {hidden}
+
+    def forward(self, x):
+        return self.hidden[0](self.inp(x))
+
+
+def main(device, steps):
+    train(Net(), steps)
+"""
+
+
+def test_unoptimized_grads_finds_layers_kept_in_a_list(tmp_path):
+    m = run(tmp_path, LISTED.format(hidden="[nn.Linear(4, 2)]"), UnoptimizedGradientProbe.name)
+    assert m["defect"] is True
+    assert m["figure"] == 2  # the listed layer's weight and bias
+    assert m["details"]["runs"][str(STEPS)]["unoptimized_elements"] == 4 * 2 + 2
+
+
+def test_unoptimized_grads_healthy_with_module_list(tmp_path):
+    m = run(tmp_path, LISTED.format(hidden="nn.ModuleList([nn.Linear(4, 2)])"), UnoptimizedGradientProbe.name)
+    assert m["defect"] is False and m["figure"] == 0
+    assert m["details"]["runs"][str(STEPS)]["graded_leaves"] == 4
+
+
+def test_unoptimized_grads_finds_layers_built_in_forward(tmp_path):
+    m = run(tmp_path, """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return nn.Linear(4, 2)(self.inp(x))
+
+
+def main(device, steps):
+    train(Net(), steps)
+""", UnoptimizedGradientProbe.name)
+    assert m["defect"] is True and m["figure"] >= 2

@@ -7,7 +7,7 @@ import pytest
 from torchgradlint.engine import lint_source
 from torchgradlint.registry import get_rule
 
-CODES = ["TGL103", "TGL203"]
+CODES = ["TGL006", "TGL007", "TGL103", "TGL203"]
 
 
 def section_code(docs: str, heading: str) -> str:

@@ -11,6 +11,7 @@ submodules) and TGL007 (layers built in ``forward``).
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import libcst as cst
@@ -102,3 +103,105 @@ def forward_methods(model: FileModel, info: ClassInfo) -> list[Scope]:
                 seen[id(target)] = target
                 todo.append(target)
     return list(seen.values())
+
+
+# -- torch.nn layer kinds -------------------------------------------------------------------
+# Layers with parameters (``torch.nn`` names, without the prefix). Norm layers with
+# ``affine``/``elementwise_affine`` are parameterised unless that argument is a literal False.
+_PARAMETERISED = re.compile(
+    r"^(?:Linear|Bilinear|Conv(?:Transpose)?[123]d|BatchNorm[123]d|SyncBatchNorm|InstanceNorm[123]d|LayerNorm|"
+    r"GroupNorm|RMSNorm|Embedding|EmbeddingBag|RNN|LSTM|GRU|RNNCell|LSTMCell|GRUCell|"
+    r"MultiheadAttention|Transformer|TransformerEncoder|TransformerDecoder|TransformerEncoderLayer|"
+    r"TransformerDecoderLayer|PReLU)$")
+_AFFINE_KW = {"LayerNorm": "elementwise_affine", "RMSNorm": "elementwise_affine", "GroupNorm": "affine",
+              "BatchNorm1d": "affine", "BatchNorm2d": "affine", "BatchNorm3d": "affine", "SyncBatchNorm": "affine"}
+# Instance norm has no parameters by default (affine=False).
+_DEFAULT_OFF = {"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"}
+# Layers with neither parameters, buffers nor train/eval behaviour: keeping them in a
+# plain list changes nothing.
+_STATELESS = re.compile(
+    r"^(?:Identity|Flatten|Unflatten|ReLU6?|LeakyReLU|ELU|SELU|CELU|GELU|SiLU|Mish|Sigmoid|Tanh|Hardtanh|"
+    r"Hardswish|Hardsigmoid|Softplus|Softsign|Softshrink|Hardshrink|Tanhshrink|Threshold|LogSigmoid|GLU|"
+    r"Softmax|Softmax2d|LogSoftmax|Softmin|(?:Max|Avg|LP|AdaptiveMax|AdaptiveAvg|FractionalMax)Pool[123]d|"
+    r"MaxUnpool[123]d|Upsample|UpsamplingNearest2d|UpsamplingBilinear2d|PixelShuffle|PixelUnshuffle|"
+    r"ChannelShuffle|(?:Zero|Constant|Reflection|Replication|Circular)Pad[123]d|CosineSimilarity|"
+    r"PairwiseDistance|Fold|Unfold)$")
+
+
+def _literal_false(node: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def _literal_true(node: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+def nn_layer_name(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
+    """``"Linear"`` for a call of ``torch.nn.Linear`` (however imported), else ``None``."""
+    if not isinstance(node, cst.Call):
+        return None
+    qn = model.qualname(node.func) or ""
+    if not qn.startswith("torch.nn.") or qn.count(".") != 2:
+        return None
+    last = qn.rsplit(".", 1)[-1]
+    return last if last[:1].isupper() else None
+
+
+def is_parameterised_layer(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
+    """Whether ``node`` constructs a ``torch.nn`` layer that owns parameters
+    (Linear, Conv*, BatchNorm*, LayerNorm/GroupNorm with affine, Embedding*,
+    RNN/LSTM/GRU*, MultiheadAttention, Transformer*, ...)."""
+    name = nn_layer_name(model, node)
+    if name is None or not _PARAMETERISED.match(name):
+        return False
+    assert isinstance(node, cst.Call)
+    for a in node.args:
+        if a.keyword is not None and a.keyword.value in ("affine", "elementwise_affine"):
+            return not _literal_false(a.value)
+    return name not in _DEFAULT_OFF
+
+
+def is_stateful_module_ctor(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
+    """Whether ``node`` constructs a module whose registration matters: a
+    ``torch.nn`` layer that is not stateless (it has parameters, buffers or
+    train/eval behaviour, e.g. Dropout), a loss with a ``weight``, or an
+    instance of a same-file torch module class."""
+    name = nn_layer_name(model, node)
+    if name is not None:
+        if name in ("Parameter", "ParameterList", "ParameterDict", "Buffer"):
+            return False
+        if name.endswith("Loss"):
+            assert isinstance(node, cst.Call)
+            return any(a.keyword is not None and a.keyword.value in ("weight", "pos_weight") for a in node.args)
+        return not _STATELESS.match(name)
+    if isinstance(node, cst.Call):
+        qn = model.qualname(node.func) or ""
+        return "." not in qn and is_torch_module_class(model, qn)
+    return False
+
+
+def is_requires_grad_tensor(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
+    """Whether ``node`` makes a plain tensor that requires grad:
+    ``torch.<factory>(..., requires_grad=True)``,
+    ``torch.autograd.Variable(..., requires_grad=True)``, or
+    ``torch.<factory>(...).requires_grad_()``."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+        flag = node.args[0].value if node.args else None
+        return (flag is None or _literal_true(flag)) and is_torch_factory(model, func.value)
+    if not is_torch_factory(model, node):
+        return False
+    return any(a.keyword is not None and a.keyword.value == "requires_grad" and _literal_true(a.value)
+               for a in node.args)
+
+
+def is_torch_factory(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
+    """A call of a ``torch.*`` function (not ``torch.nn.*``) or of ``torch.autograd.Variable``."""
+    if not isinstance(node, cst.Call):
+        return False
+    qn = model.qualname(node.func) or ""
+    if qn == "torch.autograd.Variable":
+        return True
+    return qn.startswith("torch.") and qn.count(".") == 1 and qn[6:7].islower()
