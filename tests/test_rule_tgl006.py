@@ -85,6 +85,11 @@ def test_silent(init):
     assert lines(cls(init)) == []
 
 
+def test_tensor_handed_to_its_own_optimizer_is_silent():
+    init = "self.layers = torch.zeros(1, requires_grad=True)\nself.opt = torch.optim.Adam([self.layers])\n"
+    assert lines(cls(init)) == []
+
+
 def test_class_that_lists_its_own_parameters_is_silent():
     extra = "    def parameters(self):\n        return [self.layers]\n"
     assert lines(cls("self.layers = torch.zeros(2, requires_grad=True)\n", extra=extra)) == []

@@ -86,3 +86,19 @@ def test_imported_base_with_forward_counts_as_a_module():
     src = "from torch import nn\nfrom mylib import Block\nclass M(Block):\n    def forward(self, x):\n" \
           "        return nn.Linear(4, 4)(x)\n"
     assert lines(src) == [5]
+
+
+@pytest.mark.parametrize("forward", [
+    "deep_setattr(self.deps, 'k', nn.Linear(4, 4))\nreturn x\n",
+    "dep = nn.Linear(4, 4)\nregister(self.deps, dep)\nreturn x\n",
+    "if self.fc is None:\n    self._setup()\nreturn x\n",
+    "if not self._built:\n    self._setup()\nreturn x\n",
+])
+def test_silent_when_handed_over_or_lazily_set_up(forward):
+    extra = "    def _setup(self):\n        dep = nn.Linear(4, 4)\n        dep.weight.data.zero_()\n"
+    assert lines(cls(forward, extra=extra)) == []
+
+
+def test_layer_output_stored_in_a_local_still_fires():
+    assert lines(cls("h = torch.relu(nn.Linear(4, 4)(x))\nreturn self.out(h)\n")) == [8]
+    assert lines(cls("h = nn.Sequential(nn.Linear(4, 4), nn.ReLU())(x)\nreturn h\n")) == [8]

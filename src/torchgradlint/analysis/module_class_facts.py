@@ -16,8 +16,9 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import ClassInfo, FileModel, Scope
+from .model import ClassInfo, FileModel, Scope, names_in
 from .modes import module_classes
+from .tree import walk
 
 # Frameworks with an ``nn`` namespace of their own: a class deriving from one of
 # these is not a torch module, whatever ``nn.Module`` spells.
@@ -83,10 +84,44 @@ def self_name(method: Scope) -> Optional[str]:
     return None
 
 
+def _lazy_test(test: cst.BaseExpression, owner: str) -> bool:
+    """``self.x is None``, ``not self.x``, ``not hasattr(self, ...)``, ``self.x is None or ...``:
+    a test that is true only until ``owner`` has been set up."""
+    if isinstance(test, cst.BooleanOperation):
+        return _lazy_test(test.left, owner) or _lazy_test(test.right, owner)
+    if isinstance(test, cst.Comparison):
+        return any(isinstance(t.operator, cst.Is) and isinstance(t.comparator, cst.Name)
+                   and t.comparator.value == "None" for t in test.comparisons) and owner in names_in(test.left)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value == "hasattr":
+            return bool(inner.args) and owner in names_in(inner.args[0].value)
+        return owner in names_in(inner)
+    return False
+
+
+def lazy_guarded(model: FileModel, method: Scope) -> set[int]:
+    """ids of the nodes of ``method`` inside an ``if`` whose test holds only until
+    the instance is set up (``if self.fc is None:``, ``if not self._built:``): lazy
+    initialisation, which runs once."""
+    owner = self_name(method)
+    key = ("lazy-guarded", id(method.node))
+    found = model.memo.get(key)
+    if found is None:
+        found = set()
+        if owner:
+            for n in walk(method.node):
+                if isinstance(n, cst.If) and _lazy_test(n.test, owner):
+                    found.update(id(x) for x in walk(n.body))
+        model.memo[key] = found
+    return found
+
+
 def forward_methods(model: FileModel, info: ClassInfo) -> list[Scope]:
     """``forward`` of class ``info`` and every same-class method it calls as
-    ``self.m(...)``, transitively (helpers such as ``_project`` that only run
-    inside ``forward``). Empty when the class defines no ``forward``."""
+    ``self.m(...)``, transitively (helpers such as ``_project`` that run on every
+    call). A call under a lazy-initialisation guard (:func:`lazy_guarded`) runs
+    once and is not followed. Empty when the class defines no ``forward``."""
     start = info.methods.get("forward")
     if start is None:
         return []
@@ -94,9 +129,12 @@ def forward_methods(model: FileModel, info: ClassInfo) -> list[Scope]:
     todo = [start]
     while todo:
         scope = todo.pop()
+        name = self_name(scope)
+        if not name:
+            continue
+        guarded = lazy_guarded(model, scope)
         for c in model.calls_within(scope.order, scope.end):
-            name = self_name(scope)
-            if not name or not c.func_text or not c.func_text.startswith(name + "."):
+            if not c.func_text or not c.func_text.startswith(name + ".") or id(c.node) in guarded:
                 continue
             target = info.methods.get(c.func_text[len(name) + 1:])
             if target is not None and id(target) not in seen:

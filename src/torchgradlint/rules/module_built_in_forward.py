@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..analysis.model import Call, FileModel, Scope, names_in
+from ..analysis.modes import unwrap
 from ..analysis.module_class_facts import (
     forward_methods,
     is_parameterised_layer,
@@ -119,12 +120,18 @@ class Classifier(nn.Module):
 
     @staticmethod
     def _kept(model: FileModel, c: Call, me: str) -> bool:
-        """The constructed layer is stored on the module, directly or through a local name."""
+        """The constructed layer is stored on the module or handed to a call that may
+        store it (``deep_setattr(deps, k, layer)``), directly or through a local name."""
         if _stores_into(model, c.statement, me, c.scope):
             return True
+        for other in model.calls_in_scope(c.scope):
+            if other.statement is c.statement and other.order < c.order and \
+                    not (other.qualname or "").startswith("torch.") and \
+                    any(unwrap(arg.value) is c.node for arg in other.node.args):
+                return True  # handed to a call that may store it: deep_setattr(deps, k, nn.Linear(...))
         locals_: set[str] = set()
         for a in model.assigns_in_scope(c.scope):
-            if a.statement is c.statement:
+            if a.statement is c.statement and unwrap(a.value) is c.node:  # layer = nn.Linear(...)
                 locals_ |= {t.text for t in a.targets if t.kind == "name" and t.text}
         if not locals_:
             return False
@@ -133,9 +140,10 @@ class Classifier(nn.Module):
                     _stores_into(model, a.statement, me, c.scope):
                 return True
         for other in model.calls_in_scope(c.scope):
-            if other.order > c.order and _stores_into(model, other.statement, me, c.scope):
-                if any(names_in(arg.value) & locals_ for arg in other.node.args):
-                    return True
+            if other.order > c.order and not (other.qualname or "").startswith("torch.") and any(
+                    isinstance(unwrap(arg.value), cst.Name) and unwrap(arg.value).value in locals_
+                    for arg in other.node.args):
+                return True  # handed to a call that may store it
         return False
 
     def check(self, model: FileModel) -> Iterator[Finding]:

@@ -224,8 +224,8 @@ a trainable tensor and `nn.ParameterList` for a list of them.
             if not args & texts:
                 continue
             qn = c.qualname or ""
-            if qn in _WRAPPERS or c.method in _REGISTER_METHODS:
-                return True
+            if qn in _WRAPPERS or c.method in _REGISTER_METHODS or qn.startswith("torch.optim."):
+                return True  # registered, or handed to an optimizer of its own
             if qn in _READERS or qn.startswith("torch.") or c.method in _BUILD_METHODS:
                 continue
             if c.receiver_text in texts:
