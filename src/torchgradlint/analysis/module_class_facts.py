@@ -100,21 +100,34 @@ def _lazy_test(test: cst.BaseExpression, owner: str) -> bool:
     return False
 
 
+def nodes_under_if(model: FileModel, root: cst.CSTNode, kind: str, test, *, orelse: bool = False,
+                   conditional_expressions: bool = False) -> set[int]:
+    """ids of the nodes of ``root``'s subtree inside an ``if`` (and, with
+    ``conditional_expressions``, an ``a if t else b``) whose test satisfies
+    ``test(node) -> bool``: its body, and its ``else`` part too with ``orelse``.
+    Memoised per file, ``root`` and ``kind`` (a name for the test)."""
+    key = ("nodes-under-if", kind, id(root))
+    found = model.memo.get(key)
+    if found is None:
+        found = set()
+        kinds = (cst.If, cst.IfExp) if conditional_expressions else (cst.If,)
+        for n in walk(root):
+            if isinstance(n, kinds) and test(n.test):
+                for part in (n.body, n.orelse) if orelse else (n.body,):
+                    if part is not None:
+                        found.update(id(x) for x in walk(part))
+        model.memo[key] = found
+    return found
+
+
 def lazy_guarded(model: FileModel, method: Scope) -> set[int]:
     """ids of the nodes of ``method`` inside an ``if`` whose test holds only until
     the instance is set up (``if self.fc is None:``, ``if not self._built:``): lazy
     initialisation, which runs once."""
     owner = self_name(method)
-    key = ("lazy-guarded", id(method.node))
-    found = model.memo.get(key)
-    if found is None:
-        found = set()
-        if owner:
-            for n in walk(method.node):
-                if isinstance(n, cst.If) and _lazy_test(n.test, owner):
-                    found.update(id(x) for x in walk(n.body))
-        model.memo[key] = found
-    return found
+    if not owner:
+        return set()
+    return nodes_under_if(model, method.node, "lazy", lambda t: _lazy_test(t, owner))
 
 
 def forward_methods(model: FileModel, info: ClassInfo) -> list[Scope]:

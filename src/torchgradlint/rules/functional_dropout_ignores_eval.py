@@ -7,8 +7,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..analysis.model import Call, FileModel, names_in
-from ..analysis.module_class_facts import enclosing_method, is_torch_module_class, self_name
-from ..analysis.tree import walk
+from ..analysis.module_class_facts import enclosing_method, is_torch_module_class, nodes_under_if, self_name
 from ..registry import Finding, Rule
 
 # torch.nn.functional dropouts: (input, p=0.5, training=True, inplace=False)
@@ -146,17 +145,8 @@ keep dropout at inference without saying so (then write `training=True`).
     def _gated(model: FileModel, method_node: cst.CSTNode, node: cst.CSTNode) -> bool:
         """Whether ``node`` (a call or statement of the method) sits in a branch of an
         ``if`` or conditional expression that tests ``training``."""
-        key = ("tgl203-gated", id(method_node))
-        gated = model.memo.get(key)
-        if gated is None:
-            gated = set()
-            for n in walk(method_node):
-                if isinstance(n, (cst.If, cst.IfExp)) and _mentions_training(n.test):
-                    for part in (n.body, n.orelse):
-                        if part is not None:
-                            gated.update(id(x) for x in walk(part))
-            model.memo[key] = gated
-        return id(node) in gated
+        return id(node) in nodes_under_if(model, method_node, "training", _mentions_training, orelse=True,
+                                          conditional_expressions=True)
 
     def _depends_on_training(self, model: FileModel, expr: cst.BaseExpression, c: Call,
                              method_node: cst.CSTNode) -> bool:

@@ -56,7 +56,7 @@ class ModuleBuiltInForward(Rule):
 
     code = "TGL007"
     name = "module-built-in-forward"
-    summary = "a torch.nn layer with parameters constructed inside forward (new random weights each call, never trained)"
+    summary = "a torch.nn layer with parameters built inside forward: new random weights each call, never trained"
     prefilter = (("forward",),)
     docs = """
 ## What it does
