@@ -57,7 +57,9 @@ class ModuleBuiltInForward(Rule):
     code = "TGL007"
     name = "module-built-in-forward"
     summary = "a torch.nn layer with parameters built inside forward: new random weights each call, never trained"
-    prefilter = (("forward",),)
+    # a parameterised layer's name always contains one of these words, however imported
+    prefilter = (("forward",), ("Linear", "Conv", "Norm", "Embedding", "RNN", "LSTM", "GRU", "Attention",
+                                "Transformer", "PReLU"))
     docs = """
 ## What it does
 Checks for a `torch.nn` layer that owns parameters (Linear, Bilinear, Conv*,
