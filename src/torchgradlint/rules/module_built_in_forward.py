@@ -58,7 +58,7 @@ class ModuleBuiltInForward(Rule):
     name = "module-built-in-forward"
     summary = "a torch.nn layer with parameters built inside forward: new random weights each call, never trained"
     # a parameterised layer's name always contains one of these words, however imported
-    prefilter = (("forward",), ("Linear", "Conv", "Norm", "Embedding", "RNN", "LSTM", "GRU", "Attention",
+    prefilter = (("forward",), ("Linear", "Bilinear", "Conv", "Norm", "Embedding", "RNN", "LSTM", "GRU", "Attention",
                                 "Transformer", "PReLU"))
     docs = """
 ## What it does
