@@ -102,3 +102,15 @@ def test_silent_when_handed_over_or_lazily_set_up(forward):
 def test_layer_output_stored_in_a_local_still_fires():
     assert lines(cls("h = torch.relu(nn.Linear(4, 4)(x))\nreturn self.out(h)\n")) == [8]
     assert lines(cls("h = nn.Sequential(nn.Linear(4, 4), nn.ReLU())(x)\nreturn h\n")) == [8]
+
+
+@pytest.mark.parametrize("layer", [
+    "Linear", "Bilinear", "Conv1d", "Conv3d", "ConvTranspose2d", "BatchNorm1d", "SyncBatchNorm", "InstanceNorm3d",
+    "LayerNorm", "GroupNorm", "RMSNorm", "Embedding", "EmbeddingBag", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell",
+    "GRUCell", "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoderLayer", "PReLU",
+])
+def test_prefilter_keeps_every_parameterised_layer(layer):
+    src = f"from torch.nn import {layer} as L\nclass M:\n    def forward(self, x):\n        return L()(x)\n"
+    assert ModuleBuiltInForward.may_fire(src)
+    from torchgradlint.analysis.module_class_facts import _PARAMETERISED
+    assert _PARAMETERISED.match(layer)

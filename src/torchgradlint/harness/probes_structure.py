@@ -19,7 +19,6 @@ step hooks, a wrapper around ``torch.autograd.backward``), like those of
 
 from __future__ import annotations
 
-import weakref
 from contextlib import ExitStack
 from typing import Any, Iterator
 
@@ -227,9 +226,11 @@ class UnoptimizedGradientProbe(Probe):
     a plain list, a ``requires_grad=True`` tensor instead of an
     ``nn.Parameter``, a layer built anew inside ``forward``.
 
-    Figure: such leaf tensors (count) in the run at N; their element count is in
-    the details. Threshold: defect when >= 1 (when optimizers are built from
-    ``model.parameters()``, every tensor that receives a gradient is in one).
+    Figure: the most such leaf tensors one backward reached (count), in the run at
+    N; their element count is in the details. Threshold: defect when >= 1 (when
+    optimizers are built from ``model.parameters()``, every tensor that receives a
+    gradient is in one). A parameter an optimizer holds stays alive, so its id
+    identifies it for the whole run.
     """
 
     name = "unoptimized-grads"
@@ -239,7 +240,7 @@ class UnoptimizedGradientProbe(Probe):
 
     def __init__(self) -> None:
         super().__init__()
-        self._graded: dict[int, tuple[Any, int]] = {}  # id -> (weakref, numel)
+        self._graphs: list[dict[int, int]] = []  # per backward: id of each leaf it reaches -> numel
         self._optimized: set[int] = set()
         self.backwards = 0
         self.optimizer_steps = 0
@@ -249,6 +250,8 @@ class UnoptimizedGradientProbe(Probe):
             roots = (roots,)
         stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         seen: set[int] = set()
+        leaves: dict[int, int] = {}
+        self._graphs.append(leaves)
         while stack:
             fn = stack.pop()
             if id(fn) in seen:
@@ -256,10 +259,7 @@ class UnoptimizedGradientProbe(Probe):
             seen.add(id(fn))
             var = getattr(fn, "variable", None)
             if isinstance(var, torch.Tensor):
-                try:
-                    self._graded.setdefault(id(var), (weakref.ref(var), var.numel()))
-                except TypeError:  # pragma: no cover - tensor subclasses without weakref support
-                    pass
+                leaves[id(var)] = var.numel()
             for nxt, _ in getattr(fn, "next_functions", ()):
                 if nxt is not None and id(nxt) not in seen:
                     stack.append(nxt)
@@ -289,11 +289,17 @@ class UnoptimizedGradientProbe(Probe):
         stack.callback(register_optimizer_step_pre_hook(self._pre_step).remove)
 
     def sample(self) -> dict:
-        """Leaves with gradients, those no stepping optimizer holds, and their element count."""
-        missing = [(ref, n) for key, (ref, n) in self._graded.items() if key not in self._optimized]
-        return {"graded_leaves": len(self._graded), "unoptimized": len(missing),
-                "unoptimized_elements": sum(n for _, n in missing), "backwards": self.backwards,
-                "optimizer_steps": self.optimizer_steps}
+        """Over the run's backwards, the most leaves one backward reached that no stepping
+        optimizer holds (and their element count), and the most leaves one backward reached.
+        Per backward, so that the figures do not depend on tensor ids being reused."""
+        worst, elements, graded = 0, 0, 0
+        for leaves in self._graphs:
+            missing = [n for key, n in leaves.items() if key not in self._optimized]
+            graded = max(graded, len(leaves))
+            if (len(missing), sum(missing)) > (worst, elements):
+                worst, elements = len(missing), sum(missing)
+        return {"graded_leaves": graded, "unoptimized": worst, "unoptimized_elements": elements,
+                "backwards": self.backwards, "optimizer_steps": self.optimizer_steps}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
@@ -301,7 +307,7 @@ class UnoptimizedGradientProbe(Probe):
         s = samples[min(samples)]
         defect = any(v["unoptimized"] >= 1 for v in samples.values())
         return Measurement(cls.name, float(s["unoptimized"]), cls.unit,
-                           f"tensors with gradients no optimizer applies: {s['unoptimized']}/{s['graded_leaves']} "
+                           f"leaves per backward with gradients no optimizer applies: {s['unoptimized']}/{s['graded_leaves']} "
                            f"({s['unoptimized_elements']} elements)",
                            cls.threshold, defect, {"runs": {str(k): v for k, v in samples.items()}})
 

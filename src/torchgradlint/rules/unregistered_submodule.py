@@ -156,7 +156,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
 
     @staticmethod
     def _registered_elsewhere(model: FileModel, name: str, init: Scope) -> bool:
-        """``layer`` is also assigned to a ``self`` attribute or passed to a registering call."""
+        """The local ``name`` is also assigned to an attribute (``self.fc = layer``): registered there."""
         for a in model.assigns_in_scope(init):
             if isinstance(a.value, cst.Name) and a.value.value == name and any(t.kind == "attr" for t in a.targets):
                 return True
