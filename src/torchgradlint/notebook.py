@@ -23,8 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from .diagnostics import PARSE_ERROR_CODE, Diagnostic
-from .engine import LintResult, lint_source
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic, LintResult
 from .registry import Rule
 
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -145,6 +144,8 @@ def lint_notebook_text(text: str, path: str, rules: Sequence[type[Rule]]) -> Lin
     if not _language_is_python(nb):
         return LintResult([], False)
     joined = join_cells(cells)
+    from .engine import lint_source  # here: the output formats import this module's JSON helpers only
+
     result = lint_source(joined.source, path, rules)
     mapped = []
     for d in result.diagnostics:

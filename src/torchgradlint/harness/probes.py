@@ -158,7 +158,6 @@ class Probe(_AutogradListener):
     """
 
     name: ClassVar[str] = ""
-    rules: ClassVar[tuple[str, ...]] = ()
     unit: ClassVar[str] = ""
     threshold: ClassVar[str] = ""
     needs_frame: ClassVar[bool] = False
@@ -225,7 +224,6 @@ class StaleGradientProbe(Probe):
     """
 
     name = "stale-gradients"
-    rules = ("TGL001",)
     unit = "steps"
     threshold = ">= 1 optimizer step consumed gradients added onto a gradient an earlier step already used"
 
@@ -337,7 +335,6 @@ class GradModeProbe(Probe):
     """
 
     name = "grad-mode"
-    rules = ("TGL002",)
     unit = "failures"
     threshold = ">= 1 autograd 'does not require grad' error, or a create_graph result that contributes no gradient"
     handles_exceptions = True
@@ -521,7 +518,6 @@ class RetainedGraphProbe(Probe):
     """
 
     name = "retained-graph"
-    rules = ("TGL101", "TGL102")
     unit = "B/step"
     threshold = ("live autograd nodes grow >= 0.5 node/step, or live saved tensors grow >= 1 KiB/step, "
                  "or >= 0.5 retained-but-never-reused graphs/step (N -> 2N steps)")
@@ -712,7 +708,6 @@ class ModuleModeProbe(Probe):
     """
 
     name = "module-mode"
-    rules = ("TGL201",)
     unit = "calls"
     threshold = ">= 1 dropout/batch-norm call in training mode while grad mode is off"
 

@@ -31,6 +31,7 @@ class BackwardUnderNoGrad(Rule):
     code = "TGL002"
     name = "backward-under-no-grad"
     summary = "backward on a tensor computed under no_grad, or create_graph=True under no_grad"
+    probe = "grad-mode"
     prefilter = (("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled"))
     # check(): every finding is at a backward call (analysis.steps.backward_call).
     needs_backward = True

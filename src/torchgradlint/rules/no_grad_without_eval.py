@@ -22,6 +22,7 @@ class NoGradWithoutEval(Rule):
     code = "TGL201"
     name = "no-grad-without-eval"
     summary = "module evaluated under no_grad/inference_mode while it may be in training mode"
+    probe = "module-mode"
     prefilter = (("no_grad", "inference_mode", "set_grad_enabled"),)
     docs = """
 ## What it does
