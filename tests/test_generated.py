@@ -7,7 +7,6 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest

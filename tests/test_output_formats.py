@@ -200,7 +200,7 @@ cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count":
 nb = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
 diags = [Diagnostic("TGL101", "kept", "train.ipynb", 2, 1, 2, 20, cell=1),
          Diagnostic("TGL001", "no reset", "train.py", 1, 1, 1, 5)]
-ctx = RenderContext(sources={"train.ipynb": nb, "train.py": "opt.step()\\n"}, files_checked=2,
+ctx = RenderContext(sources={"train.ipynb": nb, "train.py": "opt.step()\\n"},
                     paths=["train.ipynb", "train.py"])
 name = sys.argv[1]
 text = renderer(name)(diags, ctx)

@@ -226,7 +226,6 @@ def _check(args: argparse.Namespace) -> int:
         fixed = _apply_fixes(run, settings, args)
         if args.diff:
             return EXIT_FINDINGS if fixed else EXIT_CLEAN
-    ctx.files_checked = run.files
     for err in run.internal_errors:
         print(f"torchgradlint: {err}", file=sys.stderr)
     if args.statistics:

@@ -168,20 +168,6 @@ def lint_notebook_bytes(data: bytes, path: str, rules: Sequence[type[Rule]]) -> 
     return lint_notebook_text(text, path, rules)
 
 
-def _string_tokens(raw: str, start: int) -> Optional[tuple[int, int]]:
-    """Span ``(begin, end)`` of the JSON string starting at ``raw[start] == '"'``."""
-    i = start + 1
-    while i < len(raw):
-        ch = raw[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == '"':
-            return start, i + 1
-        i += 1
-    return None
-
-
 def json_positions(raw: str) -> dict[tuple[int, int], tuple[int, int, str]]:
     """Where each code cell line sits in the notebook's JSON text.
 

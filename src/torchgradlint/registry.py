@@ -103,11 +103,6 @@ class Rule:
         raise NotImplementedError
 
     @classmethod
-    def url(cls) -> str:
-        """Link to the rule's documentation page."""
-        return DOCS_URL.format(code=cls.code)
-
-    @classmethod
     def may_fire(cls, source: str) -> bool:
         """Cheap text test: ``False`` means the rule cannot fire on ``source``."""
         return all(any(tok in source for tok in group) for group in cls.prefilter)

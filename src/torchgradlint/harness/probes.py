@@ -39,8 +39,6 @@ from typing import Any, Callable, ClassVar, Iterator, Optional
 
 import torch
 
-KIB = 1024.0
-
 
 @dataclass
 class Measurement:
@@ -161,13 +159,10 @@ class Probe(_AutogradListener):
     unit: ClassVar[str] = ""
     threshold: ClassVar[str] = ""
     needs_frame: ClassVar[bool] = False
-    #: exceptions this probe treats as its measured defect rather than a crash
-    handles_exceptions: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.device = "cpu"
         self.steps = 0
-        self.exception: Optional[dict] = None
 
     @contextmanager
     def observe(self, device: str, steps: int) -> Iterator["Probe"]:
@@ -337,7 +332,6 @@ class GradModeProbe(Probe):
     name = "grad-mode"
     unit = "failures"
     threshold = ">= 1 autograd 'does not require grad' error, or a create_graph result that contributes no gradient"
-    handles_exceptions = True
 
     def __init__(self) -> None:
         super().__init__()
