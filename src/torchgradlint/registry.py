@@ -123,9 +123,11 @@ REGENERATE = "python scripts/gen_docs.py"
 """The one command that regenerates everything derived from the rule classes."""
 
 
-def _discover() -> list[type[Rule]]:
+def discover_rules() -> list[type[Rule]]:
     """Import every module of :mod:`torchgradlint.rules` and collect its rule
-    classes, sorted by code.
+    classes, sorted by code, without checking :mod:`torchgradlint.rule_index`
+    (the generator that writes the index uses this; everything else uses
+    :func:`all_rules`).
 
     Raises:
         RuntimeError: two rules share a code or a name, or a code is malformed.
@@ -171,22 +173,12 @@ def all_rules() -> list[type[Rule]]:
     """
     global _RULES
     if _RULES is None:
-        found = _discover()
+        found = discover_rules()
         if index_entries(found) != tuple(rule_index()):
             raise RuntimeError("torchgradlint.rule_index is out of date with the rule classes in "
                                f"torchgradlint.rules; regenerate it: {REGENERATE}")
         _RULES = found
     return list(_RULES)
-
-
-def discover_rules() -> list[type[Rule]]:
-    """Every rule class, without checking :mod:`torchgradlint.rule_index`
-    (for the generator that writes it).
-
-    Raises:
-        RuntimeError: two rules share a code or a name, or a code is malformed.
-    """
-    return _discover()
 
 
 def get_rule(code_or_name: str) -> type[Rule]:
