@@ -102,7 +102,7 @@ _CONST = Provenance(State.DETACHED)
 _MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
     r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
-_MAX_DEPTH = 12
+_MAX_DEPTH = 32
 _MAX_CALL_DEPTH = 3
 
 
