@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import ast
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .limits import Budget
 
 
 class Plugin:
@@ -54,9 +57,25 @@ class Plugin:
         """Yield flake8's ``(line, col, message, type)`` tuples; ``col`` 0-based."""
         if self._codes == ():
             return
-        from . import engine
+        source = "".join(self.lines)
+        if self._ruled_out(source):
+            return
         from .config import ConfigError
         from .diagnostics import PARSE_ERROR_CODE
+
+        try:
+            budget = self._budget()
+        except ConfigError as exc:
+            yield 1, 0, f"{PARSE_ERROR_CODE} {exc}", type(self)
+            return
+        size = len(source.encode("utf-8", "surrogatepass"))
+        if budget.too_large(size):
+            from .limits import size_diagnostic
+
+            d = size_diagnostic(self.filename, size, budget)
+            yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
+            return
+        from . import engine
         from .registry import get_rule
 
         try:
@@ -66,11 +85,39 @@ class Plugin:
             return
         if not codes:
             return
-        source = "".join(self.lines)
         result = engine.lint_source(source, self.filename, [get_rule(c) for c in codes], apply_noqa=False,
                                     tree=self.tree if isinstance(self.tree, ast.Module) else None)
         for d in result.diagnostics:
             yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
+
+    def _ruled_out(self, source: str) -> bool:
+        """Whether the prefilter rules the file out for every selected code,
+        decided on :mod:`torchgradlint.rule_index`: no rule, no LibCST and no
+        analysis is imported for such a file."""
+        from .prefilter import PrefilterSpec, candidate_rules
+        from .registry import rule_index
+
+        specs = [PrefilterSpec(r.code, r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in rule_index()
+                 if self._codes is None or r.code in self._codes]
+        tree = self.tree if isinstance(self.tree, ast.Module) else None
+        return not candidate_rules(source, specs, tree)
+
+    def _budget(self) -> "Budget":
+        """The size budget of this file: its ``[tool.torchgradlint]``
+        ``max-file-size``, else the default. (flake8 lints in its own
+        process: the time budget of the CLI's workers does not apply; a file
+        CPython cannot parse never reaches the plugin.)
+
+        Raises:
+            ConfigError: the table is malformed.
+        """
+        from .config import Settings
+
+        if self.filename in ("-", "stdin", ""):
+            from .limits import DEFAULT_BUDGET
+
+            return DEFAULT_BUDGET
+        return Settings().budget_for(self.filename)
 
     def selected_codes(self) -> tuple[str, ...]:
         """The codes to run on this file: flake8's selection (the default

@@ -105,7 +105,14 @@ class Rule:
     @classmethod
     def may_fire(cls, source: str) -> bool:
         """Cheap text test: ``False`` means the rule cannot fire on ``source``."""
-        return all(any(tok in source for tok in group) for group in cls.prefilter)
+        from .prefilter import text_matches
+
+        return text_matches(cls.prefilter, source)
+
+    @classmethod
+    def url(cls) -> str:
+        """Link to the rule's documentation page."""
+        return DOCS_URL.format(code=cls.code)
 
     @classmethod
     def section(cls, heading: str) -> str:
@@ -153,10 +160,12 @@ def discover_rules() -> list[type[Rule]]:
     return sorted(found, key=lambda r: r.code)
 
 
-def index_entries(rules: Iterable[type[Rule]]) -> tuple[tuple[str, str, bool], ...]:
-    """``(code, name, default_enabled)`` of each rule: the content of
+def index_entries(rules: Iterable[type[Rule]]) -> tuple[tuple, ...]:
+    """``(code, name, default_enabled, prefilter, needs_backward,
+    needs_grad_evidence)`` of each rule: the content of
     :data:`torchgradlint.rule_index.RULES`."""
-    return tuple((r.code, r.name, bool(r.default_enabled)) for r in rules)
+    return tuple((r.code, r.name, bool(r.default_enabled), tuple(tuple(g) for g in r.prefilter),
+                  bool(r.needs_backward), bool(r.needs_grad_evidence)) for r in rules)
 
 
 _RULES: Optional[list[type[Rule]]] = None
@@ -198,11 +207,17 @@ def get_rule(code_or_name: str) -> type[Rule]:
 
 
 class RuleInfo(NamedTuple):
-    """What selection needs to know of a rule, read from :mod:`torchgradlint.rule_index`."""
+    """What selection and the prefilter need to know of a rule, read from
+    :mod:`torchgradlint.rule_index` (the :class:`Rule` attributes of the same
+    names); quacks like a rule for :func:`torchgradlint.prefilter.candidate_rules`
+    through :class:`torchgradlint.prefilter.PrefilterSpec`."""
 
     code: str
     name: str
     default_enabled: bool
+    prefilter: tuple[tuple[str, ...], ...]
+    needs_backward: bool
+    needs_grad_evidence: bool
 
 
 def rule_index() -> tuple[RuleInfo, ...]:
