@@ -12,5 +12,9 @@ RULES = (
     ('TGL002', 'backward-under-no-grad', True, (('backward', 'grad'), ('no_grad', 'inference_mode', 'set_grad_enabled')), False, False),
     ('TGL101', 'loss-kept-with-graph', True, (('append', 'extend', 'insert', '+', '['),), False, True),
     ('TGL102', 'retain-graph-in-loop', True, (('retain_graph',),), True, False),
+    ('TGL104', 'ctx-tensor-attribute', True, (('Function',), ('ctx', 'backward')), False, False),
     ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward'),), False, False),
+    ('TGL303', 'softmax-into-ce-loss', True, (('softmax', 'Softmax', 'sigmoid', 'Sigmoid', 'expit'), ('cross_entropy', 'CrossEntropyLoss', 'nll_loss', 'NLLLoss', 'with_logits', 'WithLogits', 'log(', '.log()', 'log as')), False, False),
+    ('TGL304', 'gradcheck-float32', True, (('gradcheck',),), False, False),
+    ('TGL305', 'fp16-adam-eps', True, (('half', 'float16'), ('Adam',)), False, False),
 )
