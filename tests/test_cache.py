@@ -200,3 +200,37 @@ def test_a_fully_cached_run_does_not_import_libcst(tree):
     second = subprocess.run([sys.executable, "-c", probe], cwd=tree.parent, capture_output=True, text=True)
     assert "LIBCST False" in second.stdout, second.stdout + second.stderr
     assert "TGL001" in second.stdout
+
+
+_CACHED_RUN_IMPORTS = """
+import sys
+from torchgradlint.cli import main
+rc = main(['check', '-q', '--exit-zero', '--output-format', sys.argv[1], 'project'])
+heavy = sorted(m for m in sys.modules
+               if m in ('libcst', 'torchgradlint.engine') or m.startswith(('torchgradlint.rules.', 'torchgradlint.analysis')))
+print('HEAVY', ','.join(heavy))
+"""
+
+
+@pytest.mark.parametrize("fmt", ["concise", "github", "json", "full", "junit"])
+def test_a_fully_cached_run_with_a_config_selection_imports_no_rule(tree, fmt):
+    (tree / "tests").mkdir()
+    (tree / "tests" / "test_loop.py").write_text(BAD)
+    (tree / "pyproject.toml").write_text(
+        '[tool.torchgradlint]\nselect = ["TGL0", "loss-kept-with-graph"]\nextend-select = ["TGL2"]\n'
+        'ignore = ["backward-under-no-grad"]\n[tool.torchgradlint.per-file-ignores]\n"tests/**" = ["TGL001"]\n')
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", _CACHED_RUN_IMPORTS, fmt], cwd=tree.parent, capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    first = run()
+    assert "libcst" in first.split("HEAVY")[1]  # the first run parses: the probe does see imports
+    second = run()
+    assert second.rstrip().endswith("HEAVY"), second  # answered from the cache: no rule, no LibCST, no engine
+    assert second.split("HEAVY")[0] == first.split("HEAVY")[0]  # the same findings
+    assert "TGL001" in second and "bad.py" in second
+    if fmt != "junit":  # junit lists every file checked as a test case
+        assert "test_loop.py" not in second  # per-file-ignores

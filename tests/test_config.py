@@ -152,13 +152,17 @@ def test_config_lookup_is_cached_per_directory(tmp_path, monkeypatch):
     assert calls == [str(tmp_path / "pyproject.toml")]
 
 
-def test_resolve_rules_layers():
-    from torchgradlint.config import RuleLayer, resolve_rules
+def test_rule_layers_apply_in_order_then_per_file_ignores():
+    from torchgradlint.registry import RuleLayer, resolve_codes, rule_index
 
-    assert "TGL001" not in [r.code for r in resolve_rules([RuleLayer(ignore=("TGL001",))])]
-    assert [r.code for r in resolve_rules([RuleLayer(ignore=("ALL",)), RuleLayer(select=("TGL001",))])] == ["TGL001"]
-    assert [r.code for r in resolve_rules([RuleLayer(select=("TGL001",)), RuleLayer(ignore=("TGL0",))])] == []
-    assert [r.code for r in resolve_rules([RuleLayer()], per_file_ignores=("ALL",))] == []
+    assert "TGL001" not in resolve_codes([RuleLayer(ignore=("TGL001",))])
+    assert resolve_codes([RuleLayer(ignore=("ALL",)), RuleLayer(select=("TGL001",))]) == ("TGL001",)
+    assert resolve_codes([RuleLayer(select=("TGL001",)), RuleLayer(ignore=("TGL0",))]) == ()
+    assert resolve_codes([RuleLayer()], per_file_ignores=("ALL",)) == ()
+    graph_rules = [r.code for r in rule_index() if r.code.startswith("TGL1")]
+    assert "TGL101" in graph_rules and "TGL102" in graph_rules
+    assert resolve_codes([RuleLayer(select=("TGL1",)), RuleLayer(extend_select=("TGL001",))],
+                         per_file_ignores=("TGL102",)) == tuple(["TGL001"] + [c for c in graph_rules if c != "TGL102"])
 
 
 def _flake8(cwd, *args):

@@ -10,7 +10,7 @@ import pytest
 from torchgradlint.engine import lint_source
 from torchgradlint.fixture_spec import load_fixtures
 from torchgradlint.noqa import NoqaFilter, is_suppressed
-from torchgradlint.registry import SelectionError, all_rules, get_rule, select_rules
+from torchgradlint.registry import RuleLayer, SelectionError, all_rules, get_rule, resolve_codes
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BAD_LOOP = (FIXTURES / "TGL001" / "bad_basic_loop.py").read_text()
@@ -70,14 +70,23 @@ def test_diagnostic_positions_are_one_based_and_span_the_node():
 
 
 def test_selection_by_code_prefix_name_and_all():
-    codes = lambda rules: {r.code for r in rules}
-    assert codes(select_rules(["TGL001"])) == {"TGL001"}
-    assert codes(select_rules(["missing-zero-grad"])) == {"TGL001"}
-    assert codes(select_rules(["ALL"])) == {r.code for r in all_rules()}
-    assert "TGL001" not in codes(select_rules(None, ignore=["TGL0"]))
-    assert codes(select_rules([], extend_select=["TGL001"])) == {"TGL001"}
-    with pytest.raises(SelectionError):
-        select_rules(["TGL999"])
+    def codes(select=None, ignore=(), extend_select=()):
+        return set(resolve_codes([RuleLayer(select, tuple(extend_select), tuple(ignore))]))
+
+    assert codes(("TGL001",)) == {"TGL001"}
+    assert codes(("missing-zero-grad",)) == {"TGL001"}
+    assert codes(("ALL",)) == {r.code for r in all_rules()}
+    assert codes(("TGL1",)) == {r.code for r in all_rules() if r.code.startswith("TGL1")} >= {"TGL101", "TGL102"}
+    assert codes() == {r.code for r in all_rules() if r.default_enabled}
+    assert "TGL001" not in codes(None, ignore=["TGL0"])
+    assert codes((), extend_select=["TGL001"]) == {"TGL001"}
+    tgl0 = {r.code for r in all_rules() if r.code.startswith("TGL0")}
+    assert codes(("TGL0",), ignore=["backward-under-no-grad"], extend_select=["TGL201"]) == (
+        tgl0 - {"TGL002"}) | {"TGL201"}
+    with pytest.raises(SelectionError, match="TGL999"):
+        codes(("TGL999",))
+    with pytest.raises(SelectionError, match="no-such-rule"):
+        codes(ignore=["no-such-rule"])
 
 
 def test_syntax_error_is_reported_not_raised():
@@ -89,12 +98,6 @@ def test_syntax_error_is_reported_not_raised():
     """)
     d, = lint_source(src, "x.py", all_rules()).diagnostics
     assert d.code == "TGL000" and d.line == 2
-
-
-def test_rule_codes_index_lists_every_discovered_rule():
-    from torchgradlint.rules import RULE_CODES
-
-    assert RULE_CODES == tuple(r.code for r in all_rules())
 
 
 @pytest.mark.parametrize("source", [BAD_LOOP, "import torch\nloss.backward(\n"])  # a finding; a syntax error

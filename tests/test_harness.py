@@ -1,6 +1,7 @@
 """The harness end to end (CLI on a tiny fixtures dir), device selection, reports and gen_docs."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,16 +83,23 @@ def test_harness_cli_end_to_end(tmp_path):
             assert key in r
     assert "agree" in proc.stdout  # the table goes to stdout when --output is given
 
-    docs = tmp_path / "docs"
+    root = tmp_path / "checkout"  # gen_docs writes into a copy of the files it edits in place
+    root.mkdir()
+    for name in ("README.md", "mkdocs.yml"):
+        shutil.copy(ROOT / name, root / name)
+    docs = root / "docs"
     gen = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--harness-json", str(out),
-                          "--docs-dir", str(docs)], capture_output=True, text=True, timeout=60)
+                          "--root", str(root)], capture_output=True, text=True, timeout=60)
     assert gen.returncode == 0, gen.stderr
     page = (docs / "rules" / "TGL001.md").read_text()
     assert "## Evidence" in page and "stale-gradient steps: 2/3" in page and "not run" in page
+    unmeasured = (docs / "rules" / "TGL201.md").read_text()  # no fixture of it in this report: a page all the same
+    assert unmeasured.startswith("# TGL201: no-grad-without-eval") and "No harness evidence recorded" in unmeasured
+    assert "- TGL201 no-grad-without-eval: rules/TGL201.md" in (root / "mkdocs.yml").read_text()
     harness_md = (docs / "harness.md").read_text()
     assert "TGL001" in harness_md
     subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--harness-json", str(out),
-                    "--docs-dir", str(docs)], check=True, timeout=60)
+                    "--root", str(root)], check=True, timeout=60)
     assert (docs / "harness.md").read_text() == harness_md  # deterministic
 
 

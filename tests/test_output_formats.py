@@ -11,6 +11,7 @@ from torchgradlint import config
 from torchgradlint.cli import main
 from torchgradlint.diagnostics import Diagnostic
 from torchgradlint.output.github import escape_data, escape_property, format_command
+from torchgradlint.output import FORMAT_NAMES
 from torchgradlint.registry import all_rules
 from snippets import MISSING_ZERO_GRAD
 
@@ -188,3 +189,35 @@ def test_every_format_from_a_subprocess(project, fmt):
     assert proc.returncode == 1, proc.stderr
     assert "train.py" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+_RENDER_IMPORTS = """
+import json, sys
+from torchgradlint.diagnostics import Diagnostic
+from torchgradlint.output import FORMAT_NAMES, RenderContext, renderer
+cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+          "source": ["loss = model(x)\\n", "losses.append(loss)\\n"]}]
+nb = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+diags = [Diagnostic("TGL101", "kept", "train.ipynb", 2, 1, 2, 20, cell=1),
+         Diagnostic("TGL001", "no reset", "train.py", 1, 1, 1, 5)]
+ctx = RenderContext(sources={"train.ipynb": nb, "train.py": "opt.step()\\n"},
+                    paths=["train.ipynb", "train.py"])
+name = sys.argv[1]
+text = renderer(name)(diags, ctx)
+print("HEAVY", ",".join(sorted(m for m in sys.modules if m in ("libcst", "torchgradlint.engine")
+                                or m.startswith(("torchgradlint.rules.", "torchgradlint.analysis")))))
+print("ENGINE", "torchgradlint.engine" in sys.modules)
+print("NAMED", "loss-kept-with-graph" in text or name not in ("github", "junit"))
+"""
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_NAMES))
+def test_output_formats_do_not_import_the_engine(name):
+    proc = subprocess.run([sys.executable, "-c", _RENDER_IMPORTS, name], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "ENGINE False" in proc.stdout and "NAMED True" in proc.stdout, proc.stdout
+    heavy = proc.stdout.split("HEAVY ")[1].splitlines()[0]
+    if name == "sarif":  # SARIF embeds every rule's docs: it imports the rule classes (not the engine)
+        assert "torchgradlint.rules.missing_zero_grad" in heavy
+    else:
+        assert heavy == "", heavy

@@ -21,7 +21,7 @@ from .config import ConfigError, RuleLayer, Settings
 from .diagnostics import PARSE_ERROR_CODE
 from .files import discover
 from .output import FORMAT_NAMES, NEEDS_SOURCES, RenderContext, renderer
-from .registry import SelectionError, all_rules, get_rule, select_rules
+from .registry import SelectionError, all_rules, check_selectors, get_rule, rule_index
 from .runner import RunResult, default_jobs, lint_paths, order_key
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -115,7 +115,7 @@ PROGRESS_MIN_FILES = 20
 
 def _stats_rows(run: RunResult) -> list[tuple[str, str, int]]:
     counts = Counter(d.code for d in run.diagnostics)
-    names = {r.code: r.name for r in all_rules()}
+    names = {r.code: r.name for r in rule_index()}
     names[PARSE_ERROR_CODE] = "parse-error"
     return [(code, names.get(code, ""), n) for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
@@ -190,7 +190,7 @@ def _check(args: argparse.Namespace) -> int:
     extend = _flatten(args.extend_select) or []
 
     def validate_selectors() -> None:
-        select_rules(select, ignore, extend)  # raises SelectionError for an unknown selector
+        check_selectors([*(select or ()), *ignore, *extend])  # raises SelectionError for an unknown selector
 
     if args.jobs is not None and args.jobs < 1:
         print("torchgradlint: error: --jobs must be at least 1", file=sys.stderr)
@@ -242,7 +242,6 @@ def _check(args: argparse.Namespace) -> int:
         fixed = _apply_fixes(run, settings, args)
         if args.diff:
             return EXIT_FINDINGS if fixed else EXIT_CLEAN
-    ctx.files_checked = run.files
     for err in run.internal_errors:
         print(f"torchgradlint: {err}", file=sys.stderr)
     if args.statistics:
@@ -310,8 +309,9 @@ def _apply_fixes(run: RunResult, settings: Settings, args: argparse.Namespace) -
 def _rule(args: argparse.Namespace) -> int:
     if args.all or not args.rule:
         for r in all_rules():
-            default = "" if r.default_enabled else "  (off by default)"
-            print(f"{r.code}  {r.name:<28} {r.summary}{default}")
+            notes = ([] if r.default_enabled else ["off by default"]) + (
+                [] if r.fix_availability == "none" else [f"autofix: {r.fix_availability}"])
+            print(f"{r.code}  {r.name:<28} {r.summary}" + (f"  ({'; '.join(notes)})" if notes else ""))
         return EXIT_CLEAN
     try:
         r = get_rule(args.rule)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from .limits import DEFAULT_BUDGET, Budget
-from .registry import Rule, SelectionError, all_rules, select_rules
+from .registry import RuleLayer, SelectionError, check_selectors, resolve_codes
 
 TABLE = "tool.torchgradlint"
 
@@ -78,18 +78,6 @@ class ConfigError(Exception):
     """A ``pyproject.toml`` that cannot be used: bad TOML, an unknown key, a
     value of the wrong type or an unknown rule selector. The message names the
     file and the key."""
-
-
-@dataclass(frozen=True)
-class RuleLayer:
-    """One layer of rule selection (the config file, then the command line).
-
-    ``select`` ``None`` keeps the selection of the layer below.
-    """
-
-    select: Optional[tuple[str, ...]] = None
-    extend_select: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
 
 
 @dataclass
@@ -188,7 +176,7 @@ def _validate(table: Any, source: Path) -> None:
 def _check_selectors(selectors: Sequence[str], source: Path, key: list[Any]) -> None:
     for i, sel in enumerate(selectors):
         try:
-            select_rules(select=[sel])
+            check_selectors([sel])
         except SelectionError as exc:
             raise ConfigError(f"{source}: {_format_key([*key, i])}: {exc}") from None
 
@@ -284,28 +272,6 @@ def clear_cache() -> None:
     _DIR_MEMO.clear()
 
 
-def _matching(selectors: Sequence[str]) -> set[type[Rule]]:
-    return set(select_rules(select=list(selectors))) if selectors else set()
-
-
-def resolve_rules(layers: Sequence[RuleLayer], per_file_ignores: Sequence[str] = ()) -> list[type[Rule]]:
-    """Apply rule layers in order, ruff-style: a layer's ``select`` replaces
-    the selection so far, ``extend-select`` adds, ``ignore`` removes; then the
-    file's ``per-file-ignores`` remove. Starts from the default rules.
-
-    Raises:
-        SelectionError: a selector names no rule.
-    """
-    chosen = {r for r in all_rules() if r.default_enabled}
-    for layer in layers:
-        if layer.select is not None:
-            chosen = _matching(layer.select)
-        chosen |= _matching(layer.extend_select)
-        chosen -= _matching(layer.ignore)
-    chosen -= _matching(per_file_ignores)
-    return sorted(chosen, key=lambda r: r.code)
-
-
 class Settings:
     """Per-file rule sets for one run: config files found per folder, then the
     command line's layer on top. ``isolated`` ignores every config file."""
@@ -352,7 +318,7 @@ class Settings:
         codes = self._cache.get(key)
         if codes is None:
             layers = ([cfg.rules] if cfg is not None else []) + [self.cli]
-            codes = tuple(r.code for r in resolve_rules(layers, pfi))
+            codes = resolve_codes(layers, pfi)
             self._cache[key] = codes
         return codes
 

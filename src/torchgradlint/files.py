@@ -20,8 +20,6 @@ if TYPE_CHECKING:  # pragma: no cover
 from .config import DEFAULT_EXCLUDE, Settings
 
 PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
-SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "env", "virtualenv",
-                       "__pypackages__", "build", "dist", "_build", "buck-out"})
 # DEFAULT_EXCLUDE holds plain folder names and globs ("*.egg-info/"): matched
 # by name with fnmatch, so a run over a tree without .gitignore files or
 # configured patterns never imports pathspec (its import costs ~60 ms).

@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import __version__
-from .rules import RULE_CODES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .limits import Budget
-    from .registry import Rule
 
 
 class Plugin:
@@ -44,23 +42,16 @@ class Plugin:
     @classmethod
     def parse_options(cls, options: argparse.Namespace) -> None:
         """Keep only the TGL codes that flake8's select/ignore lets through
-        (decided on :data:`~torchgradlint.rules.RULE_CODES`, without importing
-        the rules)."""
+        (decided on :mod:`torchgradlint.rule_index`, without importing the rules)."""
         try:
             from flake8.style_guide import Decision, DecisionEngine
 
+            from .registry import rule_index
+
             engine = DecisionEngine(options)
-            cls._codes = tuple(c for c in RULE_CODES if engine.decision_for(c) is Decision.Selected)
+            cls._codes = tuple(r.code for r in rule_index() if engine.decision_for(r.code) is Decision.Selected)
         except Exception:  # an unusual flake8: fall back to every default rule
             cls._codes = None
-
-    @classmethod
-    def _selected_rules(cls) -> list[type["Rule"]]:
-        from .registry import all_rules
-
-        if cls._codes is None:
-            return [r for r in all_rules() if r.default_enabled]
-        return [r for r in all_rules() if r.code in cls._codes]
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
         """Yield flake8's ``(line, col, message, type)`` tuples; ``col`` 0-based."""
@@ -85,29 +76,29 @@ class Plugin:
             yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
             return
         from . import engine
+        from .registry import get_rule
 
-        rules = self._selected_rules()
         try:
-            rules = self._narrow_by_config(rules)
+            codes = self.selected_codes()
         except ConfigError as exc:
             yield 1, 0, f"{PARSE_ERROR_CODE} {exc}", type(self)
             return
-        if not rules:
+        if not codes:
             return
-        result = engine.lint_source(source, self.filename, rules, apply_noqa=False,
+        result = engine.lint_source(source, self.filename, [get_rule(c) for c in codes], apply_noqa=False,
                                     tree=self.tree if isinstance(self.tree, ast.Module) else None)
         for d in result.diagnostics:
             yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
 
     def _ruled_out(self, source: str) -> bool:
         """Whether the prefilter rules the file out for every selected code,
-        decided on :data:`~torchgradlint.rules.RULE_PREFILTER`: no rule, no
-        LibCST and no analysis is imported for such a file."""
+        decided on :mod:`torchgradlint.rule_index`: no rule, no LibCST and no
+        analysis is imported for such a file."""
         from .prefilter import PrefilterSpec, candidate_rules
-        from .rules import RULE_PREFILTER
+        from .registry import rule_index
 
-        codes = RULE_CODES if self._codes is None else self._codes
-        specs = [PrefilterSpec(c, *RULE_PREFILTER[c]) for c in codes if c in RULE_PREFILTER]
+        specs = [PrefilterSpec(r.code, r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in rule_index()
+                 if self._codes is None or r.code in self._codes]
         tree = self.tree if isinstance(self.tree, ast.Module) else None
         return not candidate_rules(source, specs, tree)
 
@@ -128,25 +119,26 @@ class Plugin:
             return DEFAULT_BUDGET
         return Settings().budget_for(self.filename)
 
-    def _narrow_by_config(self, rules: list[type["Rule"]]) -> list[type["Rule"]]:
-        """Drop rules that the ``[tool.torchgradlint]`` table switches off for this file.
+    def selected_codes(self) -> tuple[str, ...]:
+        """The codes to run on this file: flake8's selection (the default
+        rules when it is unknown), narrowed by the nearest
+        ``[tool.torchgradlint]`` table's ``ignore``, ``per-file-ignores`` and
+        excludes. Imports no rule.
 
         Raises:
             ConfigError: the table is malformed.
         """
-        from .config import RuleLayer, find_config, resolve_rules
+        from .config import find_config
+        from .registry import RuleLayer, resolve_codes
 
+        layers = [] if self._codes is None else [RuleLayer(select=self._codes)]
         if self.filename in ("-", "stdin", ""):
-            return rules
+            return resolve_codes(layers)
         path = Path(self.filename)
         cfg = find_config(path)
         if cfg is None:
-            return rules
+            return resolve_codes(layers)
         if cfg.exclude is not None or cfg.extend_exclude:
             if cfg.excludes(path, False):  # gitignore semantics: "dir/" covers files below it
-                return []
-        off = set(cfg.rules.ignore) | set(cfg.ignored_selectors(path))
-        if not off:
-            return rules
-        allowed = {r.code for r in resolve_rules([RuleLayer(select=("ALL",), ignore=tuple(sorted(off)))])}
-        return [r for r in rules if r.code in allowed]
+                return ()
+        return resolve_codes(layers + [RuleLayer(ignore=cfg.rules.ignore)], cfg.ignored_selectors(path))

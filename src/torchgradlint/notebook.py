@@ -168,20 +168,6 @@ def map_to_cells(result: LintResult, joined: JoinedSource) -> LintResult:
     return LintResult(mapped, result.parsed)
 
 
-def _string_tokens(raw: str, start: int) -> Optional[tuple[int, int]]:
-    """Span ``(begin, end)`` of the JSON string starting at ``raw[start] == '"'``."""
-    i = start + 1
-    while i < len(raw):
-        ch = raw[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == '"':
-            return start, i + 1
-        i += 1
-    return None
-
-
 def json_positions(raw: str) -> dict[tuple[int, int], tuple[int, int, str]]:
     """Where each code cell line sits in the notebook's JSON text.
 

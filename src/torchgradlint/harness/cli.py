@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from .devices import DeviceError, cuda_available, select_devices
 from .report import build_report, render
-from .runner import RULE_PROBES, run_harness
+from .runner import rule_probes, run_harness
 
 EXIT_AGREE, EXIT_DISAGREE, EXIT_ERROR = 0, 1, 2
 
@@ -75,10 +75,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except DeviceError as exc:
         print(f"torchgradlint harness: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    unknown = [r for r in args.rule if r.upper() not in RULE_PROBES]
+    probes = rule_probes()
+    unknown = [r for r in args.rule if r.upper() not in probes]
     if unknown:
         print(f"torchgradlint harness: error: no probe for rule(s) {', '.join(unknown)}; "
-              f"known: {', '.join(sorted(RULE_PROBES))}", file=sys.stderr)
+              f"known: {', '.join(sorted(probes))}", file=sys.stderr)
         return EXIT_ERROR
     fixtures = args.fixtures or default_fixtures_dir()
 

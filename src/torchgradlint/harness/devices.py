@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-DEVICES = ("cpu", "cuda")
-
-
 class DeviceError(RuntimeError):
     """A device was requested that this machine cannot run (e.g. ``cuda`` without a GPU)."""
 

@@ -39,8 +39,6 @@ from typing import Any, Callable, ClassVar, Iterator, Optional
 
 import torch
 
-KIB = 1024.0
-
 
 @dataclass
 class Measurement:
@@ -158,17 +156,13 @@ class Probe(_AutogradListener):
     """
 
     name: ClassVar[str] = ""
-    rules: ClassVar[tuple[str, ...]] = ()
     unit: ClassVar[str] = ""
     threshold: ClassVar[str] = ""
     needs_frame: ClassVar[bool] = False
-    #: exceptions this probe treats as its measured defect rather than a crash
-    handles_exceptions: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.device = "cpu"
         self.steps = 0
-        self.exception: Optional[dict] = None
 
     @contextmanager
     def observe(self, device: str, steps: int) -> Iterator["Probe"]:
@@ -225,7 +219,6 @@ class StaleGradientProbe(Probe):
     """
 
     name = "stale-gradients"
-    rules = ("TGL001",)
     unit = "steps"
     threshold = ">= 1 optimizer step consumed gradients added onto a gradient an earlier step already used"
 
@@ -337,10 +330,8 @@ class GradModeProbe(Probe):
     """
 
     name = "grad-mode"
-    rules = ("TGL002",)
     unit = "failures"
     threshold = ">= 1 autograd 'does not require grad' error, or a create_graph result that contributes no gradient"
-    handles_exceptions = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -521,7 +512,6 @@ class RetainedGraphProbe(Probe):
     """
 
     name = "retained-graph"
-    rules = ("TGL101", "TGL102")
     unit = "B/step"
     threshold = ("live autograd nodes grow >= 0.5 node/step, or live saved tensors grow >= 1 KiB/step, "
                  "or >= 0.5 retained-but-never-reused graphs/step (N -> 2N steps)")
@@ -712,7 +702,6 @@ class ModuleModeProbe(Probe):
     """
 
     name = "module-mode"
-    rules = ("TGL201",)
     unit = "calls"
     threshold = ">= 1 dropout/batch-norm call in training mode while grad mode is off"
 

@@ -84,7 +84,6 @@ class GradcheckPowerProbe(Probe):
     """
 
     name = "gradcheck-power"
-    rules = ("TGL304",)
     unit = "checks"
     threshold = (">= 1 gradcheck that fails the correct backward or passes a backward 1 % too large "
                  "(same inputs and tolerances)")
@@ -185,7 +184,6 @@ class CtxTensorProbe(Probe):
     """
 
     name = "ctx-tensors"
-    rules = ("TGL104",)
     unit = "tensors"
     needs_frame = True
     threshold = (">= 1 custom-Function output alive after main returned with gc disabled and freed only by "
@@ -299,7 +297,6 @@ class NanParameterProbe(Probe):
     """
 
     name = "nan-parameters"
-    rules = ("TGL305",)
     unit = "elements"
     threshold = ">= 1 NaN/inf parameter element after an optimizer step"
 
@@ -396,7 +393,6 @@ class ProbabilityInputProbe(Probe):
     """
 
     name = "probability-input"
-    rules = ("TGL303",)
     unit = "calls"
     threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities, or "
                  "binary_cross_entropy_with_logits call whose input lies in [0, 1] (a loss floor above 0)")

@@ -89,7 +89,6 @@ class UnusedGraphProbe(Probe):
     """
 
     name = "unused-graph"
-    rules = ("TGL103",)
     unit = "forwards"
     threshold = ">= 1 top-level module forward recorded an autograd graph that no backward used"
 
@@ -155,7 +154,6 @@ class EvalSpreadProbe(Probe):
     """
 
     name = "eval-spread"
-    rules = ("TGL203",)
     unit = "std"
     threshold = "mean std of 8 repeated eval-mode predictions on the same input > 1e-6"
     REPEATS = 8
@@ -234,7 +232,6 @@ class UnoptimizedGradientProbe(Probe):
     """
 
     name = "unoptimized-grads"
-    rules = ("TGL006", "TGL007")
     unit = "tensors"
     threshold = ">= 1 leaf tensor received a gradient but is in no parameter group of an optimizer that stepped"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from .runner import AGREE, RULE_PROBES, FixtureResult
+from .runner import AGREE, FixtureResult, rule_probes
 
 NOT_RUN = "not run"
 DEVICE_LABELS = {"cpu": "CPU", "cuda": "CUDA"}
@@ -32,7 +32,7 @@ def build_report(results: Iterable[FixtureResult], run_devices: list[str], cuda_
     probes: dict[str, dict] = {}
     for r in results:
         if r.probe and r.threshold and r.probe not in probes:
-            probes[r.probe] = {"rules": sorted(c for c, p in RULE_PROBES.items() if p == r.probe),
+            probes[r.probe] = {"rules": sorted(c for c, p in rule_probes().items() if p == r.probe),
                                "unit": r.unit, "threshold": r.threshold}
     names = {r.device: r.device_name for r in results if r.device_name}
     return {

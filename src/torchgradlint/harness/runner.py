@@ -20,22 +20,12 @@ from ..fixture_spec import Fixture, load_fixtures
 from ..registry import all_rules
 from .worker import RESULT_PREFIX
 
-#: which probe judges the fixtures of each rule directory
-RULE_PROBES: dict[str, str] = {
-    "TGL001": "stale-gradients",
-    "TGL002": "grad-mode",
-    "TGL101": "retained-graph",
-    "TGL102": "retained-graph",
-    "TGL201": "module-mode",
-    "TGL104": "ctx-tensors",
-    "TGL303": "probability-input",
-    "TGL304": "gradcheck-power",
-    "TGL305": "nan-parameters",
-    "TGL006": "unoptimized-grads",
-    "TGL007": "unoptimized-grads",
-    "TGL103": "unused-graph",
-    "TGL203": "eval-spread",
-}
+
+def rule_probes() -> dict[str, str]:
+    """Which probe judges the fixtures of each rule directory: ``code -> probe
+    name``, from each rule's ``probe`` declaration (rules without one are absent)."""
+    return {r.code: r.probe for r in all_rules() if r.probe}
+
 
 AGREE, DISAGREE = "agree", "disagree"
 
@@ -165,10 +155,11 @@ def run_harness(
         fixtures = [f for f in fixtures if f.code in wanted]
     lints = {f.name: lint_verdict(f) for f in fixtures}
     tasks = [(f, d) for f in fixtures for d in devices]
+    probes = rule_probes()
 
     def one(task: tuple[Fixture, str]) -> FixtureResult:
         fixture, device = task
-        probe = RULE_PROBES.get(fixture.code)
+        probe = probes.get(fixture.code)
         worker = run_worker(fixture, probe, device, steps, timeout) if probe else {}
         res = judge(fixture, device, lints[fixture.name], worker, probe)
         if progress is not None:

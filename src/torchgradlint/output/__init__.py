@@ -26,7 +26,6 @@ class RenderContext:
     """
 
     sources: dict[str, str] = field(default_factory=dict)
-    files_checked: int = 0
     paths: list[str] = field(default_factory=list)
     root: Optional[str] = None
 

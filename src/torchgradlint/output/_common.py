@@ -10,13 +10,14 @@ from ..diagnostics import PARSE_ERROR_CODE, Diagnostic
 
 
 def rule_name(code: str) -> str:
-    """The kebab name of a rule code (``parse-error`` for ``TGL000``)."""
+    """The kebab name of a rule code (``parse-error`` for ``TGL000``; ``""``
+    for an unknown code), from the rule index: imports no rule."""
     if code == PARSE_ERROR_CODE:
         return "parse-error"
-    from ..registry import get_rule
+    from ..registry import rule_name as indexed_name
 
     try:
-        return get_rule(code).name
+        return indexed_name(code)
     except KeyError:
         return ""
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,11 +33,6 @@ def level_for(code: str) -> str:
     if code.startswith("TGL9"):
         return "note"
     return "warning"
-
-
-def _section(docs: str, heading: str) -> str:
-    m = re.search(rf"^##\s*{re.escape(heading)}\s*$(.*?)(?=^##\s|\Z)", docs, re.M | re.S)
-    return " ".join(m.group(1).split()) if m else ""
 
 
 def rule_descriptors() -> list[dict[str, Any]]:
@@ -63,7 +57,7 @@ def rule_descriptors() -> list[dict[str, Any]]:
             "id": r.code,
             "name": r.name,
             "shortDescription": {"text": r.summary or r.name},
-            "fullDescription": {"text": _section(docs, "What it does") or r.summary or r.name},
+            "fullDescription": {"text": " ".join(r.section("What it does").split()) or r.summary or r.name},
             "help": {"text": docs, "markdown": docs},
             "helpUri": DOCS_URL.format(code=r.code),
             "defaultConfiguration": {"level": level_for(r.code), "enabled": bool(r.default_enabled)},

@@ -40,6 +40,7 @@ class BackwardUnderNoGrad(Rule):
     code = "TGL002"
     name = "backward-under-no-grad"
     summary = "backward on a tensor computed under no_grad, or create_graph=True under no_grad"
+    probe = "grad-mode"
     prefilter = (("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled"))
     # check(): findings sit at backward calls, or at a no_grad region that cuts a
     # parameter's only path (a file with no backward call can hold that one).

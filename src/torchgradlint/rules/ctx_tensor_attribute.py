@@ -207,6 +207,7 @@ class CtxTensorAttribute(Rule):
     code = "TGL104"
     name = "ctx-tensor-attribute"
     summary = "custom autograd.Function stores a tensor on ctx instead of save_for_backward"
+    probe = "ctx-tensors"
     prefilter = (("Function",), ("ctx", "backward"))
     docs = """
 ## What it does

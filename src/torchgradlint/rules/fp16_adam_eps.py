@@ -88,6 +88,7 @@ class Fp16AdamEps(Rule):
     code = "TGL305"
     name = "fp16-adam-eps"
     summary = "Adam/AdamW with eps < 6e-8 (default 1e-8) on parameters converted to float16"
+    probe = "nan-parameters"
     prefilter = (("half", "float16"), ("Adam",))
     docs = """
 ## What it does

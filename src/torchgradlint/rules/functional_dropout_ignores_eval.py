@@ -64,6 +64,8 @@ class FunctionalDropoutIgnoresEval(Rule):
 
     code = "TGL203"
     name = "functional-dropout-ignores-eval"
+    probe = "eval-spread"
+    fix_availability = "sometimes"  # not on calls that span several lines
     summary = "`F.dropout` / SDPA `dropout_p` in a module method not tied to `self.training`"
     prefilter = (("dropout", "scaled_dot_product_attention"),)
     docs = """

@@ -45,6 +45,7 @@ class GradcheckFloat32(Rule):
     code = "TGL304"
     name = "gradcheck-float32"
     summary = "gradcheck/gradgradcheck on float32 inputs: finite differences too coarse to judge gradients"
+    probe = "gradcheck-power"
     prefilter = (("gradcheck",),)
     docs = """
 ## What it does

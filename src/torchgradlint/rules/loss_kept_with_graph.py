@@ -61,6 +61,8 @@ class LossKeptWithGraph(Rule):
     code = "TGL101"
     name = "loss-kept-with-graph"
     summary = "graph-attached tensor stored across loop iterations"
+    probe = "retained-graph"
+    fix_availability = "sometimes"  # `loss` -> `loss.item()` where the container takes floats
     prefilter = (("append", "extend", "insert", "+", "["),)
     # check(): a finding needs grad mode ENABLED at the store, or UNKNOWN with
     # the stored name backpropagated in the same scope.

@@ -29,6 +29,7 @@ class MissingZeroGrad(Rule):
     code = "TGL001"
     name = "missing-zero-grad"
     summary = "optimizer step in a training loop that never resets gradients"
+    probe = "stale-gradients"
     prefilter = (("backward",), ("step",))
     # check(): a training loop is a loop that runs a backward (analysis.training.has_backward).
     needs_backward = True

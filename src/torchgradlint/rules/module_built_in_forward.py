@@ -56,6 +56,7 @@ class ModuleBuiltInForward(Rule):
 
     code = "TGL007"
     name = "module-built-in-forward"
+    probe = "unoptimized-grads"
     summary = "a torch.nn layer with parameters built inside forward: new random weights each call, never trained"
     # a parameterised layer's name always contains one of these words, however imported
     prefilter = (("forward",), ("Linear", "Bilinear", "Conv", "Norm", "Embedding", "RNN", "LSTM", "GRU", "Attention",

@@ -31,6 +31,7 @@ class NoGradNotEntered(Rule):
 
     code = "TGL103"
     name = "no-grad-not-entered"
+    probe = "unused-graph"
     summary = "`torch.no_grad()` / `inference_mode()` / `enable_grad()` as a statement does nothing"
     prefilter = (("no_grad", "inference_mode", "enable_grad"),)
     docs = """

@@ -33,6 +33,7 @@ class NoGradWithoutEval(Rule):
     code = "TGL201"
     name = "no-grad-without-eval"
     summary = "module evaluated under no_grad/inference_mode while it may be in training mode"
+    probe = "module-mode"
     # an evaluation loop without no_grad follows training: "backward" is in the file
     prefilter = (("no_grad", "inference_mode", "set_grad_enabled", "backward"),)
     docs = """

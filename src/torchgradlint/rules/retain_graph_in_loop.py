@@ -26,6 +26,7 @@ class RetainGraphInLoop(Rule):
     code = "TGL102"
     name = "retain-graph-in-loop"
     summary = "retain_graph=True on the last backward of a loop iteration that rebuilds its graph"
+    probe = "retained-graph"
     prefilter = (("retain_graph",),)
     # check(): every finding is at a backward call (analysis.steps.backward_call).
     needs_backward = True

@@ -283,6 +283,7 @@ class SoftmaxIntoCeLoss(Rule):
     code = "TGL303"
     name = "softmax-into-ce-loss"
     summary = "softmax/sigmoid probabilities passed to CrossEntropyLoss/NLLLoss/*WithLogits, or log(softmax())"
+    probe = "probability-input"
     # a probability source, and a loss that takes logits or a log (``log as`` covers ``from torch import
     # log as ln``)
     prefilter = (("softmax", "Softmax", "sigmoid", "Sigmoid", "expit"),

@@ -60,6 +60,7 @@ class UnregisteredSubmodule(Rule):
 
     code = "TGL006"
     name = "unregistered-submodule"
+    probe = "unoptimized-grads"
     summary = "layers in a plain list/dict, or a requires_grad tensor instead of nn.Parameter, on a torch nn.Module"
     prefilter = (("__init__",),)
     docs = """
