@@ -179,18 +179,21 @@ def install() -> None:
     F.scaled_dot_product_attention = _wrap_mode_op("sdpa", F.scaled_dot_product_attention, _sdpa_args)
 
 
-def module_call_stack(frame: Any = None) -> list[Any]:
-    """The ``nn.Module`` instances whose ``__call__`` is on the current call stack, outermost first."""
+def outermost_module_call(frame: Any = None) -> Optional[tuple[Any, Any]]:
+    """``(module, frame)`` of the outermost ``nn.Module.__call__`` on the current call stack, else ``None``.
+
+    ``frame`` is that call's own frame; its ``f_back`` is the caller (the user's line
+    that called the model).
+    """
     f = frame if frame is not None else sys._getframe(1)
-    mods = []
+    found = None
     while f is not None:
         if f.f_code.co_name in ("_call_impl", "_wrapped_call_impl") and f.f_code.co_filename.startswith(_TORCH_DIR):
             mod = f.f_locals.get("self")
-            if isinstance(mod, torch.nn.Module) and (not mods or mods[-1] is not mod):
-                mods.append(mod)
+            if isinstance(mod, torch.nn.Module):
+                found = (mod, f)
         f = f.f_back
-    mods.reverse()
-    return mods
+    return found
 
 
 def code_on_stack(codes: "set[Any]", frame: Any = None) -> Optional[Any]:

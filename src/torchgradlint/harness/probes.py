@@ -911,14 +911,15 @@ class ModuleModeProbe(Probe):
         if instrument.code_on_stack(self._deliberate_codes) is not None:
             self.deliberate += 1
             return
-        mods = instrument.module_call_stack()
-        if mods and not mods[0].training:
+        outer = instrument.outermost_module_call()
+        if outer is not None and not outer[0].training:
             self.deliberate += 1
             return
-        stack = [list(s) for s in instrument.user_stack()]
+        # attributed to the user's call of the outermost module (the model call under no_grad)
+        stack = [list(s) for s in instrument.user_stack(frame=outer[1].f_back if outer else None)]
         rec = self.sites.setdefault(repr(stack), {"stack": stack, "calls": 0, "dropout_calls": 0, "norm_calls": 0,
                                                   "running_stats_changed": 0,
-                                                  "modules": type(mods[0]).__name__ if mods else "functional"})
+                                                  "modules": type(outer[0]).__name__ if outer else "functional"})
         rec["calls"] += 1
         if kind == "batch_norm":
             rec["norm_calls"] += 1
