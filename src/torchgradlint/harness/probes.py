@@ -42,6 +42,7 @@ import ctypes
 import ctypes.util
 import gc
 import re
+import sys
 import time
 import weakref
 from contextlib import ExitStack, contextmanager
@@ -566,6 +567,15 @@ class _BackwardCall:
     alive_at_next: int = -1  # bytes of its saved tensors alive at the next forward (-1: not checked)
 
 
+def _all_holders(sample: dict) -> dict:
+    """Holders of a sample's end-of-main and in-run checkpoints; the larger node count wins."""
+    out = dict(sample.get("inrun", {}).get("holders", {}))
+    for key, h in sample.get("holders", {}).items():
+        if key not in out or h["nodes"] >= out[key]["nodes"]:
+            out[key] = h
+    return out
+
+
 class RetainedGraphProbe(Probe):
     """Graphs and saved tensors kept alive across steps, and graphs retained for nothing.
 
@@ -620,6 +630,7 @@ class RetainedGraphProbe(Probe):
         self._pending: list[int] = []
         self._current: Optional[int] = None
         self.end: dict[str, Any] = {}
+        self.inrun: dict[str, Any] = {}
         self._lines: dict[tuple, list] = {}
         self._t0 = 0.0
         self.seconds = 0.0
@@ -700,6 +711,8 @@ class RetainedGraphProbe(Probe):
     def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
         if self._pending:
             self._check_pending()
+        if self.full_scan:  # harness: graphs held by the user's variables at the start of each backward
+            self.inrun = self.checkpoint(instrument.user_frames(frame=sys._getframe(1)))
         stack = [list(s) for s in instrument.user_stack()] if retain else []
         self._calls.append(_BackwardCall(retain, stack))
         self._current = len(self._calls) - 1
@@ -770,9 +783,12 @@ class RetainedGraphProbe(Probe):
                          "heap_bytes": host_heap_bytes(), "cuda_allocated": cuda})
 
     def sample(self) -> dict:
-        """The end-of-main checkpoint plus packed count and wall seconds."""
+        """The end-of-main checkpoint plus packed count, wall seconds and (harness) the checkpoint at the
+        start of the last backward (``inrun``: graphs held by variables of helpers that have returned since)."""
         end = dict(self.end) or self.checkpoint([])
         end.update({"packed_total": self.packed_total, "seconds": round(self.seconds, 4)})
+        if self.inrun:
+            end["inrun"] = {"holders": self.inrun["holders"], "holder_nodes": self.inrun["holder_nodes"]}
         return end
 
     @classmethod
@@ -794,6 +810,10 @@ class RetainedGraphProbe(Probe):
 
         node_key = "nodes" if all(samples[x].get("nodes") is not None for x in xs) else "holder_nodes"
         nodes, nodes_grow = grows(lambda s: s.get(node_key), cls.NODE_GROWTH)
+        if all("inrun" in samples[x] for x in xs):
+            inrun, inrun_grow = grows(lambda s: s["inrun"]["holder_nodes"], cls.NODE_GROWTH)
+            if inrun_grow and not nodes_grow:
+                nodes, nodes_grow = inrun, True
         saved, saved_grow = grows(lambda s: s.get("saved_bytes"), cls.SAVED_GROWTH)
         peak, peak_grow = grows(lambda s: s.get("peak_saved_bytes"), cls.PEAK_GROWTH)
         wasted = fit(lambda s: s.get("wasted_retain_calls"))
@@ -823,14 +843,15 @@ class RetainedGraphProbe(Probe):
                                          f"retain_graph=True: {what}"))
             else:
                 growing = []
-                for key in last.get("holders", {}):
-                    hs = fit(lambda s, k=key: s.get("holders", {}).get(k, {}).get("nodes", 0))
+                held = {x: _all_holders(samples[x]) for x in xs}
+                for key in held[xs[-1]]:
+                    hs = slope([(x, held[x].get(key, {}).get("nodes", 0)) for x in xs])
                     if hs is not None and hs >= cls.NODE_GROWTH and \
-                            last["holders"][key]["nodes"] > first.get("holders", {}).get(key, {}).get("nodes", 0):
+                            held[xs[-1]][key]["nodes"] > held[xs[0]].get(key, {}).get("nodes", 0):
                         growing.append((hs, key))
                 for hs, key in sorted(growing, reverse=True):
                     path, _, _, name = holder_parts(key)
-                    lines = last["holders"][key]["lines"]
+                    lines = held[xs[-1]][key]["lines"]
                     findings.append(_finding("TGL101", [[path, ln] for ln in lines], round(hs, 2), "nodes/step",
                                              f"`{name}` keeps a growing graph: {hs:+.1f} graph nodes/step"))
                 if not growing:
