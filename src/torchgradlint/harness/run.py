@@ -206,16 +206,12 @@ def render(diagnostics: Sequence[Diagnostic], fmt: str) -> str:
     Raises:
         KeyError: unknown format.
     """
+    from ..cli import _read_sources
     from ..output import RenderContext, renderer
 
     ctx = RenderContext()
     paths = sorted({d.path for d in diagnostics})
-    for p in paths:
-        try:
-            with open(p, encoding="utf-8", errors="replace") as fh:
-                ctx.sources[p] = fh.read()
-        except OSError:
-            pass
+    _read_sources(ctx, set(paths))
     ctx.paths = paths
     ctx.files_checked = len(paths)
     return renderer(fmt)(list(diagnostics), ctx)
