@@ -47,6 +47,31 @@ def test_run_measures_core_defect_at_its_line(script):
         assert "confirms the static finding" in d["message"]
 
 
+FORMAT_LINES = {
+    "concise": lambda text, name: {(m.group(2), int(m.group(1))) for m in
+                                   re.finditer(rf"^{re.escape(name)}:(\d+):\d+: (TGL\d{{3}}) ", text, re.M)},
+    "github": lambda text, name: {(m.group(2), int(m.group(1))) for m in
+                                  re.finditer(rf"^::\w+ file={re.escape(name)},line=(\d+),.*?title=(TGL\d{{3}})", text, re.M)},
+    "json": lambda text, name: {(d["code"], d["location"]["row"]) for d in json.loads(text)
+                                if d["filename"] == name},
+    "sarif": lambda text, name: {(r["ruleId"], r["locations"][0]["physicalLocation"]["region"]["startLine"])
+                                 for r in json.loads(text)["runs"][0]["results"]
+                                 if r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith(name)},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", CORE)
+def test_run_core_defects_in_every_output_format(script, monkeypatch, tmp_path, capsys):
+    """In-process (no torch import per run): each format names the defect's code at its line."""
+    monkeypatch.chdir(SCRIPTS)
+    for fmt, parse in FORMAT_LINES.items():
+        out = tmp_path / f"report.{fmt}"
+        assert run_main(["--output-format", fmt, "--output", str(out), script]) == 1
+        assert parse(out.read_text(), script) == marked(SCRIPTS / script), (fmt, out.read_text())
+    capsys.readouterr()
+
+
 @pytest.mark.slow
 def test_run_healthy_script_reports_nothing():
     proc = cli("healthy.py")

@@ -626,7 +626,8 @@ class RetainedGraphProbe(Probe):
         self.live_bytes = 0
         self.peak_bytes = 0
         self.packed_total = 0
-        self._calls: list[_BackwardCall] = []
+        self._calls: dict[int, _BackwardCall] = {}  # retain_graph=True calls only, by call number
+        self._ncalls = 0
         self._pending: list[int] = []
         self._current: Optional[int] = None
         self.end: dict[str, Any] = {}
@@ -691,12 +692,14 @@ class RetainedGraphProbe(Probe):
             return packed
         cur = self._current
         if cur is not None:
-            call = self._calls[cur]
-            call.unpacked += 1
-            if call.retain:
+            call = self._calls.get(cur)
+            if call is not None:
+                call.unpacked += 1
                 call.refs.append(weakref.ref(packed))
             if packed.last_call is not None and packed.last_call != cur:
-                self._calls[packed.last_call].reused = True
+                earlier = self._calls.get(packed.last_call)
+                if earlier is not None:
+                    earlier.reused = True
             packed.last_call = cur
         return packed.t
 
@@ -714,11 +717,13 @@ class RetainedGraphProbe(Probe):
         if self.full_scan:  # harness: graphs held by the user's variables at the start of each backward
             self.inrun = self.checkpoint(instrument.user_frames(frame=sys._getframe(1)))
         stack = [list(s) for s in instrument.user_stack()] if retain else []
-        self._calls.append(_BackwardCall(retain, stack))
-        self._current = len(self._calls) - 1
+        self._ncalls += 1
+        self._current = self._ncalls
+        if retain:
+            self._calls[self._current] = _BackwardCall(retain, stack)
 
     def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
-        if self._current is not None and self._calls[self._current].retain:
+        if self._current in self._calls:
             self._pending.append(self._current)
         self._current = None
 
@@ -760,12 +765,13 @@ class RetainedGraphProbe(Probe):
                 if isinstance(v, type) or (callable(v) and not isinstance(v, torch.Tensor)):
                     continue
                 fns.extend(t.grad_fn for t in tensors_in(v) if t.grad_fn is not None)
-        wasted = [c for c in self._calls if c.retain and c.alive_at_next > 0 and not c.reused]
+        calls = list(self._calls.values())
+        wasted = [c for c in calls if c.alive_at_next > 0 and not c.reused]
         return {"holders": out, "holder_nodes": reachable_nodes(fns, {}), "saved_bytes": self.live_bytes,
-                "peak_saved_bytes": self.peak_bytes, "backward_calls": len(self._calls),
-                "retain_calls": sum(1 for c in self._calls if c.retain),
-                "reused_retain_calls": sum(1 for c in self._calls if c.retain and c.reused),
-                "retain_stack": next((c.stack for c in self._calls if c.retain), []),
+                "peak_saved_bytes": self.peak_bytes, "backward_calls": self._ncalls,
+                "retain_calls": len(calls),
+                "reused_retain_calls": sum(1 for c in calls if c.reused),
+                "retain_stack": calls[0].stack if calls else [],
                 "wasted_retain_calls": len(wasted),
                 "wasted_bytes": max((c.alive_at_next for c in wasted), default=0),
                 "wasted_stack": wasted[0].stack if wasted else []}
