@@ -313,7 +313,7 @@ class FileModel:
         loop body that ``at`` is outside of is ambiguous: ``None`` is returned
         and rules stay silent.
         """
-        before = [a for a in self.bindings_of(text, at.scope) if a.order < at.order]
+        before = [a for a in self.bindings_of(text, at.scope) if a.order < at.order and a.statement is not at.statement]
         if not before:
             return None
         last = before[-1]
@@ -323,7 +323,7 @@ class FileModel:
         """Whether ``binding`` runs whenever ``at`` runs, before it: same
         statement, or a suite of ``binding`` that encloses ``at`` (``with``
         bodies always run, so they count as their enclosing suite)."""
-        if binding.statement is at.statement or binding.dominates(at):
+        if binding.dominates(at):
             return True
         bodies = self.with_bodies
         mine = tuple(b for b in binding.blocks if id(b) not in bodies)
@@ -340,7 +340,9 @@ class FileModel:
         ``at`` (a parameter counts as a binding).
         """
         mine = self.bindings_of(text, at.scope)
-        before = [a for a in mine if a.order < at.order]
+        # A statement binds after it evaluates its expressions (``h = rnn(x, h)``
+        # reads the previous ``h``), so its own binding does not reach reads in it.
+        before = [a for a in mine if a.order < at.order and a.statement is not at.statement]
         out: list[Assign] = []
         must: Optional[Assign] = None
         for a in reversed(before):
@@ -352,10 +354,41 @@ class FileModel:
         for loop in at.loops:
             if must is not None and loop.contains(must.order):
                 continue  # the next iteration rebinds it before ``at`` again
-            for a in mine:
-                if a.order > at.order and loop.contains(a.order) and a not in out:
+            # What the previous iteration left: the bindings from ``at`` to the
+            # end of the body, back to the last one that always runs.
+            tail = [a for a in mine if (a.order > at.order or a.statement is at.statement) and loop.contains(a.order)]
+            for a in reversed(tail):
+                if a not in out:
                     out.append(a)
+                if self.always_runs_in(loop, a):
+                    break
         return out
+
+    def exclusive(self, a: _Located, b: _Located) -> bool:
+        """Whether ``a`` and ``b`` sit in different branches of one ``if``
+        statement (``if amp: opt.zero_grad() ... else: loss.backward()``):
+        no run executes both in one pass."""
+        if a.scope is not b.scope:
+            return False
+        i = 0
+        while i < min(len(a.blocks), len(b.blocks)) and a.blocks[i] is b.blocks[i]:
+            i += 1
+        if i == 0 or i >= len(a.blocks) or i >= len(b.blocks):
+            return False
+        parent, first, second = a.blocks[i - 1], a.blocks[i], b.blocks[i]
+        for stmt in getattr(parent, "body", ()):
+            if isinstance(stmt, cst.If):
+                branches = _if_branches(stmt)
+                if any(first is x for x in branches) and any(second is x for x in branches):
+                    return True
+        return False
+
+    def always_runs_in(self, loop: Loop, fact: _Located) -> bool:
+        """Whether ``fact`` sits directly in ``loop``'s body (``with`` bodies
+        count as the suite around them): it runs on every iteration."""
+        body = getattr(loop.node, "body", None)
+        blocks = [b for b in fact.blocks if id(b) not in self.with_bodies]
+        return bool(blocks) and blocks[-1] is body
 
     def returns_of(self, scope: Scope) -> list["Return"]:
         """The ``return`` statements whose own scope is ``scope``."""
@@ -484,6 +517,20 @@ class FileModel:
     def regions_of(self, fact: _Located) -> list[Region]:
         """Grad-mode regions enclosing ``fact`` within its scope, outermost first."""
         return [r for r in self.regions if r.order <= fact.order <= r.end and fact.scope.contains(r.order)]
+
+
+def _if_branches(node: cst.If) -> list[cst.CSTNode]:
+    """The suites of an ``if``/``elif``/``else`` chain."""
+    out: list[cst.CSTNode] = [node.body]
+    rest = node.orelse
+    while rest is not None:
+        if isinstance(rest, cst.If):
+            out.append(rest.body)
+            rest = rest.orelse
+        else:
+            out.append(rest.body)
+            rest = None
+    return out
 
 
 def first(items: Iterable, default=None):

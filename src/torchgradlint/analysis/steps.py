@@ -151,6 +151,8 @@ class GradReset:
 
     order: int
     target: Optional[str]
+    fact: Optional[object] = None
+    """The call or binding that resets (``None`` for a helper's inner reset)."""
 
 
 def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradReset]:
@@ -158,19 +160,19 @@ def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradRe
     same-file helper (followed up to 3 calls deep)."""
     if call.method == "zero_grad":
         recv = call.receiver_text
-        target = recv if recv and recv in optimizer_constructors(model) else None
-        return GradReset(call.order, target)
+        target = recv if recv and is_optimizer(model, recv) else None
+        return GradReset(call.order, target, call)
     if call.method and _RESET_NAME.search(call.method):
-        return GradReset(call.order, None)
+        return GradReset(call.order, None, call)
     recv = call.receiver_text or ""
     if call.method in _GRAD_RESET_METHODS and (recv.endswith(".grad") or recv.endswith(".grad.data")):
-        return GradReset(call.order, None)
+        return GradReset(call.order, None, call)
     if call.qualname in ("torch.nn.init.zeros_",) and "grad" in (dotted_name(call.arg(0)) or ""):
-        return GradReset(call.order, None)
+        return GradReset(call.order, None, call)
     if _depth < 3:
         for scope in model.resolve_callee(call):
             if function_resets(model, scope, _depth + 1):
-                return GradReset(call.order, None)
+                return GradReset(call.order, None, call)
     return None
 
 
@@ -178,7 +180,7 @@ def assign_reset(assign: Assign) -> Optional[GradReset]:
     """``p.grad = ...`` (``None`` or a fresh tensor) overwrites the gradient."""
     for t in assign.targets:
         if t.kind == "attr" and t.text and t.text.endswith(".grad") and assign.kind in ("assign", "annassign"):
-            return GradReset(assign.order, None)
+            return GradReset(assign.order, None, assign)
     return None
 
 
@@ -215,3 +217,41 @@ def foreign_framework_file(model: FileModel) -> bool:
     if model.names.imports_torch:
         return False
     return any(v.split(".")[0] in _FOREIGN_FRAMEWORKS for v in model.names.aliases.values())
+
+
+_PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+
+def optimizer_modules(model: FileModel, optimizer: Optional[str]) -> Optional[frozenset[str]]:
+    """Dotted names of the modules whose parameters the optimizer
+    ``optimizer`` updates, read from its ``torch.optim`` constructor in this
+    file (``Adam(list(E.parameters()) + list(G.parameters()))`` -> ``{E, G}``);
+    ``None`` when the constructor or its parameters cannot be seen."""
+    if not optimizer:
+        return None
+    binding = optimizer_constructors(model).get(optimizer)
+    if binding is None or not isinstance(binding.value, cst.Call) or not binding.value.args:
+        return None
+    first = binding.value.args[0].value
+    found: set[str] = set()
+    for call in model.calls_within(binding.order, binding.order + 10**9):
+        if call.order > binding.order and call.statement is not binding.statement:
+            break
+        if call.method in _PARAMETER_METHODS and call.receiver_text and _inside(call.node, first):
+            found.add(call.receiver_text)
+    return frozenset(found) or None
+
+
+def _inside(node: cst.CSTNode, root: cst.CSTNode) -> bool:
+    from .tree import walk
+
+    return any(n is node for n in walk(root))
+
+
+def covers(modules: frozenset[str], callee: Optional[str]) -> bool:
+    """Whether a forward through ``callee`` (``self.enc``, ``D``) uses
+    parameters of one of ``modules`` (the module itself, a part of it, or a
+    module it is part of)."""
+    if not callee:
+        return False
+    return any(callee == m or callee.startswith(m + ".") or m.startswith(callee + ".") for m in modules)
