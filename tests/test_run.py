@@ -184,3 +184,28 @@ def test_argument_splitting_and_errors(capsys):
     assert run_main(["--probes", "nope", str(SCRIPTS / "healthy.py")]) == 2
     err = capsys.readouterr().err
     assert "name a script" in err and "no such file" in err and "unknown probe" in err
+
+
+def test_checkpoint_reads_cuda_memory_after_synchronize_when_the_program_uses_the_gpu(monkeypatch):
+    """The CUDA branch on a machine without a GPU: torch.cuda's functions replaced by recorders."""
+    from torchgradlint.harness.run import Session
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: calls.append("allocated") or 123)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: calls.append("max") or 456)
+    session = Session(["retained-graph"])
+    session.checkpoint([])
+    assert calls == ["synchronize", "allocated", "max"]
+    assert session.samples[0]["cuda_allocated"] == 123 and session.samples[0]["cuda_max_allocated"] == 456
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the program may have initialised CUDA")
+def test_checkpoint_without_gpu_reads_no_cuda_memory():
+    from torchgradlint.harness.run import Session
+
+    session = Session(["retained-graph"])
+    session.checkpoint([])
+    assert "cuda_allocated" not in session.samples[0]

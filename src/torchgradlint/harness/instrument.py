@@ -39,7 +39,7 @@ def is_user_file(filename: str) -> bool:
     """``True`` for a file of the user's program: not torch, torchgradlint or the standard library."""
     verdict = _user_cache.get(filename)
     if verdict is None:
-        if filename.startswith("<") and filename not in ("<stdin>", "<string>"):
+        if filename.startswith("<"):  # <stdin>, <string>, <ipython-input-...>: the user's; <frozen ...>: not
             verdict = not filename.startswith("<frozen")
         else:
             path = os.path.abspath(filename)

@@ -98,7 +98,7 @@ class Session:
         if not isinstance(probe, RetainedGraphProbe):
             return
         sample = probe.checkpoint(frames)
-        if self.device == "cuda":
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # the program uses the GPU
             torch.cuda.synchronize()
             sample["cuda_allocated"] = int(torch.cuda.memory_allocated())
             sample["cuda_max_allocated"] = int(torch.cuda.max_memory_allocated())
