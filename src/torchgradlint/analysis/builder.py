@@ -12,7 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from . import grad_mode
-from .model import Assign, Call, ClassInfo, FileModel, Loop, Region, Return, Scope, Target
+from .model import Assign, Call, ClassInfo, FileModel, GradMode, Loop, Region, Return, Scope, Target
 from .names import dotted_name
 from .tree import iter_children, node_types
 
@@ -236,7 +236,8 @@ class _Builder:
             qn = self.m.qualname(call.func if call else expr)
             mode = grad_mode.classify(qn, call)
             if mode is not None:
-                region = Region(node, mode, "with", qn or "", self.n)
+                region = Region(node, mode, "with", qn or "", self.n,
+                                flag=call.args[0].value if mode is GradMode.UNKNOWN and call and call.args else None)
             if item.asname is not None:
                 targets: list[Target] = []
                 unpacked = _flatten_targets(item.asname.name, targets)
@@ -351,7 +352,16 @@ def _assume_conventional_names(model: FileModel) -> None:
         for t in a.targets:
             if t.text:
                 bound.add(t.text.split(".")[0])
-    if not model.names.assume_conventional(bound):
+    # ``nn = torch.nn`` at module level: an alias made by assignment.
+    assigned = False
+    for a in model.assigns_in_scope(model.module_scope):
+        if a.kind == "assign" and len(a.targets) == 1 and a.targets[0].kind == "name" and not a.unpacked:
+            value = dotted_name(a.value)
+            qualified = model.names.qualify(value) if value else None
+            if qualified and qualified.split(".")[0] == "torch" and value != a.targets[0].text:
+                model.names.aliases[a.targets[0].text] = qualified
+                assigned = True
+    if not model.names.assume_conventional(bound) and not assigned:
         return
     qualify = model.names.qualify
     for call in model.calls:
