@@ -31,6 +31,18 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _non_negative(kind: type) -> Callable[[str], object]:
+    def parse(value: str) -> object:
+        try:
+            n = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more: {value!r}")
+        return n
+    return parse
+
+
 def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="lint files and directories (default: .)",
                        description="Lint Python files for PyTorch autograd anti-patterns.")
@@ -64,6 +76,11 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    help="print the fixes as a unified diff instead of applying them (exit 1 if any)")
     p.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes marked unsafe")
     p.add_argument("--show-fixes", action="store_true", help="list the fixes applied")
+    p.add_argument("--max-file-size", type=_non_negative(int), metavar="BYTES",
+                   help="a larger file is reported as one TGL000 and not parsed (0: no limit; default 5 MiB)")
+    p.add_argument("--file-timeout", type=_non_negative(float), metavar="SECONDS",
+                   help="a file whose lint takes longer is stopped and reported as one TGL000 "
+                        "(0: no limit; default 20)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("rule", help="explain a rule (code or name), or list all rules")
     r.add_argument("rule", nargs="?", metavar="CODE", help="e.g. TGL001 or missing-zero-grad")
     r.add_argument("--all", action="store_true", help="list every rule")
+    sub.add_parser("server", help="run the language server (LSP over stdio; needs the 'server' extra: pygls)",
+                   description="A Language Server for editors: diagnostics, fixes, noqa actions, rule docs on hover.")
     h = sub.add_parser("harness", help="run the runtime harness (needs the 'harness' extra: torch)",
                        add_help=False)
     h.add_argument("args", nargs=argparse.REMAINDER)
@@ -179,20 +198,17 @@ def _check(args: argparse.Namespace) -> int:
         print("torchgradlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
     settings = Settings(RuleLayer(tuple(select) if select is not None else None, tuple(extend), tuple(ignore)),
-                        isolated=args.isolated)
+                        isolated=args.isolated, max_file_size=args.max_file_size, file_timeout=args.file_timeout)
     ctx = RenderContext()
     path_errors = False
     try:
         if args.paths == ["-"]:
-            from .engine import lint_data
-
             validate_selectors()
             data = sys.stdin.buffer.read()
             name = args.stdin_filename or "-"
-            rules = [get_rule(c) for c in settings.codes_for(args.stdin_filename or os.path.join(os.getcwd(), "-"))]
-            result = lint_data(data, name, rules)
-            run = RunResult(diagnostics=sorted(result.diagnostics, key=order_key), files=1,
-                            parsed=int(result.parsed))
+            where = args.stdin_filename or os.path.join(os.getcwd(), "-")
+            run = lint_paths([name], [], jobs=1, codes_for=lambda _: settings.codes_for(where),
+                             budget_for=lambda _: settings.budget_for(where), data=data)
             ctx.sources[name] = data.decode("utf-8", errors="replace")
             ctx.paths = [name]
         else:
@@ -214,7 +230,7 @@ def _check(args: argparse.Namespace) -> int:
                     cache = Cache(args.cache_dir) if args.cache_dir else Cache.default()
                 run = lint_paths(found.files, [], jobs=args.jobs, codes_for=settings.codes_for, progress=advance,
                                  cache=cache, selection_for=settings.selection_key,
-                                 before_linting=validate_selectors)
+                                 before_linting=validate_selectors, budget_for=settings.budget_for)
             ctx.paths = list(found.files)
             if args.output_format in NEEDS_SOURCES:
                 _read_sources(ctx, {d.path for d in run.diagnostics})
@@ -236,15 +252,30 @@ def _check(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(renderer(args.output_format)(run.diagnostics, ctx))
     if not args.quiet and args.output_format in ("concise", "full") and not args.statistics:
-        n = len(run.diagnostics)
-        summary = f"Found {n} finding{'s' if n != 1 else ''} in {run.files} file{'s' if run.files != 1 else ''}."
-        print(summary if n else f"All checks passed ({run.files} file{'s' if run.files != 1 else ''}).",
-              file=sys.stderr)
+        print(summary_line(run), file=sys.stderr)
     if run.internal_errors or path_errors:
         return EXIT_ERROR
     if run.diagnostics and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def summary_line(run: RunResult) -> str:
+    """The closing line on standard error, counting how many files were
+    linted, skipped by the prefilter (never parsed: a syntax error there goes
+    unseen) and not parsed (one TGL000 each), e.g. ``All checks passed (12
+    files: 9 linted, 3 skipped by the prefilter).``"""
+    def plural(n: int, word: str) -> str:
+        return f"{n} {word}{'s' if n != 1 else ''}"
+
+    parts = [f"{run.linted} linted"]
+    if run.skipped:
+        parts.append(f"{run.skipped} skipped by the prefilter")
+    if run.failed:
+        parts.append(f"{run.failed} not parsed")
+    files = plural(run.files, "file") + (": " + ", ".join(parts) if len(parts) > 1 else "")
+    n = len(run.diagnostics)
+    return f"Found {plural(n, 'finding')} in {files}." if n else f"All checks passed ({files})."
 
 
 def _apply_fixes(run: RunResult, settings: Settings, args: argparse.Namespace) -> int:
@@ -294,6 +325,22 @@ def _rule(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _server() -> int:
+    try:
+        from .server import main as server_main
+    except ImportError as exc:  # pygls missing
+        print(f"torchgradlint: error: the server needs pygls: pip install 'torchgradlint[server]' ({exc})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return server_main()
+
+
+def server_main() -> int:
+    """Entry point of the ``torchgradlint-server`` command (``torchgradlint
+    server`` for editors whose LSP settings take a program without arguments)."""
+    return _server()
+
+
 def _harness(args: argparse.Namespace) -> int:
     try:
         from .harness.cli import main as harness_main
@@ -331,6 +378,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _check(args)
         if args.command == "rule":
             return _rule(args)
+        if args.command == "server":
+            return _server()
         return _harness(args)
     except KeyboardInterrupt:
         return 130
