@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from torchgradlint.harness.probe_map import probes_for
-from torchgradlint.harness.run import Session
+from torchgradlint.harness.run import CORE_RULES, Session
 
 
 class SmallCNN(nn.Module):
@@ -77,12 +77,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     configs: dict[str, list[str] | None] = {"baseline": None}
-    for name in probes_for():
+    for name in probes_for(CORE_RULES):
         configs[name] = [name]
-    configs["all probes"] = probes_for()
+    configs["all probes"] = probes_for(CORE_RULES)
     times: dict[str, list[float]] = {k: [] for k in configs}
     run_config(None, 20)  # warm-up
-    run_config(probes_for(), 20)
+    run_config(probes_for(CORE_RULES), 20)
     for r in range(args.rounds):
         order = list(configs) if r % 2 == 0 else list(reversed(configs))
         for name in order:

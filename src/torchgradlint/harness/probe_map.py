@@ -13,6 +13,10 @@ RULE_PROBES: dict[str, str] = {
     "TGL101": "retained-graph",
     "TGL102": "retained-graph",
     "TGL201": "module-mode",
+    "TGL104": "ctx-tensors",
+    "TGL303": "probability-input",
+    "TGL304": "gradcheck-power",
+    "TGL305": "nan-parameters",
 }
 
 

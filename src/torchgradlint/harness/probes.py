@@ -76,8 +76,8 @@ class Measurement:
     display: str
     threshold: str
     defect: bool
-    findings: list = field(default_factory=list)
     details: dict = field(default_factory=dict)
+    findings: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         """This measurement as a JSON-able dict."""
@@ -135,6 +135,7 @@ class Probe:
 
     def __init__(self) -> None:
         self.device = "cpu"
+        self.steps: Optional[int] = None
 
     @classmethod
     def rules(cls) -> list[str]:
@@ -142,9 +143,10 @@ class Probe:
         return probe_rules(cls.name)
 
     @contextmanager
-    def observe(self, device: str = "cpu") -> Iterator["Probe"]:
-        """Install the probe's hooks for one run, remove them afterwards."""
-        self.device = device
+    def observe(self, device: str = "cpu", steps: Optional[int] = None) -> Iterator["Probe"]:
+        """Install the probe's hooks for one run, remove them afterwards (``steps``: the run's step count,
+        when known; ``run`` does not know it)."""
+        self.device, self.steps = device, steps
         instrument.install()
         instrument.LISTENERS.append(self)
         try:
@@ -316,8 +318,8 @@ class StaleGradientProbe(Probe):
             display = f"stale-gradient steps: {g['stale_steps']}/{g['steps']}"
             if len(groups) > 1:
                 display += f" ({worst[0]}; {len(groups)} groups)"
-        return Measurement(cls.name, figure, cls.unit, display, cls.threshold, defect, findings,
-                           {"runs": {str(k): v for k, v in samples.items()}})
+        return Measurement(cls.name, figure, cls.unit, display, cls.threshold, defect,
+                           findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -484,8 +486,8 @@ class GradModeProbe(Probe):
             display = events[0]["text"] + (f" (+{len(events) - 1} more)" if len(events) > 1 else "")
         else:
             display = f"grad-mode failures: 0 ({s['calls']} backward/grad calls)"
-        return Measurement(cls.name, float(len(events)), cls.unit, display, cls.threshold, defect, findings,
-                           {"runs": {str(k): v for k, v in samples.items()}})
+        return Measurement(cls.name, float(len(events)), cls.unit, display, cls.threshold, defect,
+                           findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -887,7 +889,8 @@ class RetainedGraphProbe(Probe):
             parts.append(f"time/step x{ratio:.1f} from {xs[0]} to {xs[-1]} steps")
         display = ", ".join(parts) if parts else "no sample"
         figure = float(growth_bytes) if (saved is not None or peak is not None) else 0.0
-        return Measurement(cls.name, figure, cls.unit, display, cls.threshold, bool(findings), findings, details)
+        return Measurement(cls.name, figure, cls.unit, display, cls.threshold, bool(findings), details=details,
+                           findings=findings)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -976,8 +979,8 @@ class ModuleModeProbe(Probe):
             display += f" (running stats changed in {s['running_stats_changed']})"
         if s.get("deliberate_calls"):
             display += f"; deliberate: {s['deliberate_calls']}"
-        return Measurement(cls.name, float(s["calls"]), cls.unit, display, cls.threshold, defect, findings,
-                           {"runs": {str(k): v for k, v in samples.items()}})
+        return Measurement(cls.name, float(s["calls"]), cls.unit, display, cls.threshold, defect,
+                           findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 
 
 PROBES: dict[str, type[Probe]] = {p.name: p for p in
@@ -987,3 +990,5 @@ PROBES: dict[str, type[Probe]] = {p.name: p for p in
 def install_autograd_wrappers() -> None:
     """Install the process-wide wrappers (kept for callers of the earlier API; see :func:`.instrument.install`)."""
     instrument.install()
+
+from . import probes_numerics  # noqa: E402,F401 - registers its probes in PROBES

@@ -34,6 +34,9 @@ from .probes import PROBES, Measurement, Probe, RetainedGraphProbe
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
+#: the rules ``run`` measures by default (the probes of the other rules report no source line yet)
+CORE_RULES = ["TGL001", "TGL002", "TGL101", "TGL102", "TGL201"]
+
 #: backward calls at which ``run`` samples graphs (4, 8, 16, ...): a few samples per run
 FIRST_CHECKPOINT = 4
 
@@ -49,7 +52,7 @@ class Session:
     """
 
     def __init__(self, probes: Optional[Sequence[str]] = None) -> None:
-        names = list(probes) if probes else probes_for()
+        names = list(probes) if probes else probes_for(CORE_RULES)
         unknown = [n for n in names if n not in PROBES]
         if unknown:
             raise KeyError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(sorted(PROBES))}")
@@ -264,13 +267,13 @@ class watch(contextlib.ContextDecorator):  # noqa: N801 - used like a function: 
 
 
 def resolve_probes(selectors: Optional[Sequence[str]]) -> list[str]:
-    """Probe names from probe names or rule codes (``["TGL001", "module-mode"]``); default all.
+    """Probe names from probe names or rule codes (``["TGL001", "module-mode"]``); default: the core rules' probes.
 
     Raises:
         ValueError: an unknown name or code.
     """
     if not selectors:
-        return probes_for()
+        return probes_for(CORE_RULES)
     out: list[str] = []
     for sel in selectors:
         name = RULE_PROBES.get(sel.upper(), sel)

@@ -134,8 +134,8 @@ def run_worker(fixture: Fixture, probe: str, device: str, steps: int, timeout: f
     if result.get("nonce") != nonce:
         return {"error": "result without this run's nonce: not from the harness's worker", "seconds": seconds}
     m = result.get("measurement")
-    if m is not None and (not isinstance(m, dict) or not {"defect", "figure", "unit", "display", "threshold",
-                                                          "findings"} <= set(m)):
+    if m is not None and (not isinstance(m, dict) or not {"defect", "figure", "unit", "display", "threshold"} <= set(m)
+                          or not isinstance(m.get("findings", []), list)):
         return {"error": f"malformed measurement from the worker: {str(m)[:120]!r}", "seconds": seconds}
     result["seconds"] = seconds  # wall time, torch import included
     return result
@@ -184,6 +184,8 @@ def judge(fixture: Fixture, device: str, lint: tuple[bool, bool, list[str], list
             res.problems.append(f"{where}: the run gave neither a measurement nor an error")
     else:
         own = [f for f in m.get("findings", []) if f.get("code") == fixture.code]
+        if not m.get("findings"):  # a probe that reports no findings decides for its rule as a whole
+            own = [{"code": fixture.code, "stack": [], "display": m["display"]}] if m["defect"] else []
         res.defect = bool(own) if fixture.kind == "bad" else bool(m["defect"])
         res.figure, res.unit, res.display = m["figure"], m["unit"], m["display"]
         res.threshold, res.details = m["threshold"], m.get("details", {})

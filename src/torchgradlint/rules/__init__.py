@@ -7,7 +7,7 @@ Every module defines one :class:`~torchgradlint.registry.Rule` subclass;
 # Every shipped rule's code, in order (tests/test_engine.py checks it against
 # the discovered rules). The flake8 plugin decides from it whether any TGL
 # rule is selected without importing the rules, and so LibCST.
-RULE_CODES = ("TGL001", "TGL002", "TGL101", "TGL102", "TGL201")
+RULE_CODES = ("TGL001", "TGL002", "TGL101", "TGL102", "TGL104", "TGL201", "TGL303", "TGL304", "TGL305")
 
 # Each rule's prefilter metadata (:attr:`Rule.prefilter`, :attr:`Rule.needs_backward`,
 # :attr:`Rule.needs_grad_evidence`), so that the flake8 plugin can rule a file
@@ -18,5 +18,11 @@ RULE_PREFILTER = {
     "TGL002": ((("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled")), False, False),
     "TGL101": ((("append", "extend", "insert", "+", "["),), False, True),
     "TGL102": ((("retain_graph",),), True, False),
-    "TGL201": ((("no_grad", "inference_mode", "set_grad_enabled"),), False, False),
+    "TGL104": ((("Function",), ("ctx", "backward")), False, False),
+    "TGL201": ((("no_grad", "inference_mode", "set_grad_enabled", "backward"),), False, False),
+    "TGL303": ((("softmax", "Softmax", "sigmoid", "Sigmoid", "expit"),
+                ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss", "with_logits", "WithLogits", "log(",
+                 ".log()", "log as")), False, False),
+    "TGL304": ((("gradcheck",),), False, False),
+    "TGL305": ((("half", "float16"), ("Adam",)), False, False),
 }
