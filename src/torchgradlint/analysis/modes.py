@@ -453,6 +453,11 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
                 if sub:
                     raw.append(ModeEvent(call, sub[-1].kind))
                     break
+    for alias in _aliases(model, scope, text):
+        # ``model = context.model``: the events of the alias are the module's
+        seen = {id(e.call) for e in raw}
+        raw += [e for e in events(model, scope, alias, depth) if id(e.call) not in seen]
+    raw.sort(key=lambda e: e.order)
     out: list[ModeEvent] = []
     last_explicit: Optional[str] = None
     for e in raw:
@@ -462,6 +467,19 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
             last_explicit = e.kind
         out.append(e)
     c.events[key] = out
+    return out
+
+
+def _aliases(model: FileModel, scope: Scope, text: str) -> set[str]:
+    """Names that ``scope`` binds to exactly ``text`` (``model =
+    context.model``), and only to it."""
+    out: set[str] = set()
+    for a in model.assigns_in_scope(scope):
+        if a.kind == "assign" and not a.unpacked and len(a.targets) == 1 and a.targets[0].text \
+                and dotted_name(a.value) == text and a.targets[0].text != text:
+            name = a.targets[0].text
+            if all(b is a for b in model.bindings_of(name, scope) if b.kind != "param"):
+                out.add(name)
     return out
 
 

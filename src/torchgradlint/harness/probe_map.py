@@ -17,6 +17,10 @@ RULE_PROBES: dict[str, str] = {
     "TGL303": "probability-input",
     "TGL304": "gradcheck-power",
     "TGL305": "nan-parameters",
+    "TGL006": "unoptimized-grads",
+    "TGL007": "unoptimized-grads",
+    "TGL103": "unused-graph",
+    "TGL203": "eval-spread",
 }
 
 
