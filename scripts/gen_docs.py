@@ -68,7 +68,7 @@ def evidence(rule: type, report: Optional[dict]) -> str:
         devices = report["devices"]
         cuda = devices.get("cuda", NOT_RUN)
         out.append(f"Measured by `torchgradlint harness` (torch {report['torch']}; "
-                   f"{report['steps']} and {2 * report['steps']} steps). CUDA: "
+                   f"{report['steps']} and {2 * report['steps']} steps, {4 * report['steps']} for retained-graph). CUDA: "
                    f"{'run' if cuda == 'run' else cuda}.")
         probes = {r["probe"] for r in report["results"] if r["rule"] == rule.code and r["probe"]}
         for name in sorted(probes):

@@ -16,17 +16,25 @@ from torchgradlint.harness.probes import (  # noqa: E402
 from torchgradlint.harness.worker import measure  # noqa: E402
 
 PROGRAMS = Path(__file__).resolve().parent / "harness_programs"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 STEPS = 4
 
 
-def run(program: str, probe: str) -> dict:
-    result = measure(PROGRAMS / f"{program}.py", probe, "cpu", STEPS)
+def run(program: str, probe: str, steps: int = STEPS) -> dict:
+    result = measure(PROGRAMS / f"{program}.py", probe, "cpu", steps)
+    assert result["error"] is None, result["error"]
+    return result["measurement"]
+
+
+def run_fixture(name: str, probe: str) -> dict:
+    result = measure(FIXTURES / f"{name}.py", probe, "cpu", STEPS)
     assert result["error"] is None, result["error"]
     return result["measurement"]
 
 
 @pytest.mark.parametrize("program, defect", [
     ("stale_bad", True), ("stale_ok", False), ("stale_ok_accumulation", False),
+    ("stale_ok_gan_two_optimizers", False), ("stale_ok_gan_repaired", False),
 ])
 def test_stale_gradients(program, defect):
     m = run(program, StaleGradientProbe.name)
@@ -36,6 +44,25 @@ def test_stale_gradients(program, defect):
         assert m["display"] == f"stale-gradient steps: {STEPS - 1}/{STEPS}"
     else:
         assert m["figure"] == 0
+
+
+def test_stale_gradients_attributed_per_parameter_group():
+    m = run("stale_bad_one_group", StaleGradientProbe.name)
+    assert m["defect"] is True
+    assert [f["display"] for f in m["findings"]] == [f"SGD#1 group 0: stale-gradient steps {STEPS - 1}/{STEPS}"]
+    groups = m["details"]["runs"][str(STEPS)]["groups"]
+    assert groups["SGD#1 group 1"]["stale_steps"] == 0
+    path, line = m["findings"][0]["stack"][0]
+    assert path.endswith("stale_bad_one_group.py") and line == 16  # opt.step()
+
+
+def test_stale_gradients_copy_no_gradient(monkeypatch):
+    """The probe identifies gradient contents by version counter: it never clones a gradient."""
+    clones = []
+    orig = torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, "clone", lambda self, *a, **k: clones.append(self.shape) or orig(self, *a, **k))
+    m = run("stale_bad", StaleGradientProbe.name)
+    assert m["defect"] is True and clones == []
 
 
 def test_grad_mode_error_is_the_defect():
@@ -56,28 +83,48 @@ def test_grad_mode_does_not_claim_unrelated_errors():
     assert "ValueError: unrelated" in result["error"]
 
 
-def test_grad_mode_create_graph_results():
-    from torchgradlint.harness.probes import install_autograd_wrappers
+def test_grad_mode_detach_bug_is_not_claimed():
+    """The backward raises autograd's error, but grad mode was on: a .detach() bug, not TGL002."""
+    result = measure(PROGRAMS / "gradmode_detach_bug.py", GradModeProbe.name, "cpu", STEPS)
+    assert result["measurement"] is None
+    assert "does not require grad" in result["error"]
 
-    install_autograd_wrappers()
+
+def test_grad_mode_error_text_raised_elsewhere_is_not_claimed():
+    result = measure(PROGRAMS / "gradmode_text_elsewhere.py", GradModeProbe.name, "cpu", STEPS)
+    assert result["measurement"] is None and "RuntimeError" in result["error"]
+
+
+def test_grad_mode_silent_failure():
+    m = run("gradmode_bad_silent", GradModeProbe.name)
+    assert m["defect"] is True
+    assert m["display"].startswith("backward reaches no parameter")
+    assert m["findings"][0]["stack"][0][1] == 16  # loss.backward()
+
+
+def _events(probe: GradModeProbe) -> list:
+    return [e["kind"] for e in probe.sample()["events"]]
+
+
+def test_grad_mode_create_graph_results():
     x = torch.randn(3, requires_grad=True)
     probe = GradModeProbe()  # healthy: the penalty built from the result is backpropagated
-    with probe.observe("cpu", 1):
+    with probe.observe("cpu"):
         (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
         g.pow(2).sum().backward()
-    assert probe.sample()["graphless_create_graph"] == 0
+    assert _events(probe) == []
     probe = GradModeProbe()  # defect: the penalty is computed under no_grad, no gradient flows
-    with probe.observe("cpu", 1):
+    with probe.observe("cpu"):
         (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
         with torch.no_grad():
             penalty = g.pow(2).sum()
         ((x ** 2).sum() + penalty).backward()
-    assert probe.sample()["graphless_create_graph"] == 1
+    assert _events(probe) == ["unused"]
     probe = GradModeProbe()  # defect: a linear function's gradient carries no graph at all
-    with probe.observe("cpu", 1):
+    with probe.observe("cpu"):
         (g,) = torch.autograd.grad((x * 2).sum(), x, create_graph=True)
     assert g.requires_grad is False
-    assert probe.sample()["graphless_create_graph"] == 1
+    assert _events(probe) == ["graphless"]
 
 
 def test_retained_graph_backward_every_step_keeps_bookkeeping():
@@ -96,6 +143,37 @@ def test_retained_graph_eval_without_no_grad_keeps_activations():
     assert m["details"]["saved_bytes_per_step"] >= 128 * 256 * 4
 
 
+def test_retained_graph_dataset_slices_count_per_view():
+    """Slices of one preallocated dataset count the bytes they span, not the whole storage."""
+    m = run("retained_ok_dataset_slices", RetainedGraphProbe.name)
+    assert m["defect"] is False, m["details"]["reasons"]
+    assert m["details"]["saved_bytes_per_step"] == 0
+    assert m["details"]["peak_saved_bytes_per_step"] == 0
+
+
+def test_retained_graph_alias_fixture_figure_is_not_the_dataset():
+    """bad_alias_torch_t read +49 KiB/step saved when whole storages were counted; it is a TGL102
+    defect because each retained graph is alive at the next forward, not because of the dataset."""
+    m = run_fixture("TGL102/bad_alias_torch_t", RetainedGraphProbe.name)
+    assert abs(m["details"]["saved_bytes_per_step"]) < 1024
+    assert [f["code"] for f in m["findings"]] == ["TGL102"]
+    assert m["details"]["wasted_retain_per_step"] == pytest.approx(1.0)
+
+
+def test_retain_graph_then_del_is_healthy():
+    m = run("retained_ok_retain_then_del", RetainedGraphProbe.name)
+    assert m["defect"] is False, m["details"]["reasons"]
+    assert m["details"]["wasted_retain_per_step"] == 0
+
+
+def test_slow_leak_one_loss_every_25_steps():
+    m = run("retained_bad_slow_leak", RetainedGraphProbe.name, steps=13)  # 13, 26, 52 steps
+    assert m["defect"] is True
+    assert 0.1 <= m["details"]["nodes_per_step"] < 0.5  # the old 0.5 node/step bound missed it
+    (finding,) = m["findings"]
+    assert finding["code"] == "TGL101" and finding["stack"][0][1] == 17  # snapshots.append(loss)
+
+
 def test_retained_graph_healthy():
     m = run("retained_ok", RetainedGraphProbe.name)
     assert m["defect"] is False, m["details"]["reasons"]
@@ -106,6 +184,7 @@ def test_retained_graph_unused_retain_every_step():
     m = run("retained_bad_retain", RetainedGraphProbe.name)
     assert m["defect"] is True
     assert m["details"]["wasted_retain_per_step"] >= 0.5
+    assert {f["code"] for f in m["findings"]} == {"TGL102"}
 
 
 def test_retained_graph_two_losses_near_miss():
@@ -115,14 +194,27 @@ def test_retained_graph_two_losses_near_miss():
 
 @pytest.mark.parametrize("program, defect", [
     ("mode_bad", True), ("mode_ok", False), ("mode_ok_plain_layers", False),
+    ("mode_bad_functional_dropout", True), ("mode_bad_attention", True),
+    ("mode_ok_update_bn", False), ("mode_ok_mc_dropout", False),
 ])
 def test_module_mode(program, defect):
     m = run(program, ModuleModeProbe.name)
     assert m["defect"] is defect
-    if defect:
+    if program == "mode_bad":
         runs = m["details"]["runs"][str(STEPS)]
         assert runs["norm_calls"] == STEPS and runs["dropout_calls"] == STEPS
         assert runs["running_stats_changed"] == STEPS
+
+
+def test_module_mode_attention_dropouts_counted():
+    runs = run("mode_bad_attention", ModuleModeProbe.name)["details"]["runs"][str(STEPS)]
+    assert runs["dropout_calls"] == 2  # MultiheadAttention's attention dropout and SDPA dropout_p
+    assert runs["sites"][0]["stack"][0][1] == 29  # block(...) under no_grad
+
+
+def test_module_mode_deliberate_uses_counted_apart():
+    assert run("mode_ok_update_bn", ModuleModeProbe.name)["details"]["runs"][str(STEPS)]["deliberate_calls"] >= 1
+    assert run("mode_ok_mc_dropout", ModuleModeProbe.name)["details"]["runs"][str(STEPS)]["deliberate_calls"] == 10
 
 
 def test_human_bytes():

@@ -1,4 +1,4 @@
-"""Command line: ``torchgradlint check | rule | harness``.
+"""Command line: ``torchgradlint check | rule | harness | run``.
 
 Exit status of ``check``: 0 no findings, 1 findings, 2 usage, config or
 internal error, or a missing path (the other paths are still linted).
@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     h = sub.add_parser("harness", help="run the runtime harness (needs the 'harness' extra: torch)",
                        add_help=False)
     h.add_argument("args", nargs=argparse.REMAINDER)
+    rn = sub.add_parser("run", help="run a training script under the runtime probes (needs torch)", add_help=False)
+    rn.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -349,11 +351,23 @@ def _harness(args: argparse.Namespace) -> int:
     return harness_main(args.args)
 
 
+def _run(args: list[str]) -> int:
+    try:
+        from .harness.run import main as run_main
+    except ImportError as exc:  # torch missing
+        print(f"torchgradlint: error: 'run' needs torch: pip install 'torchgradlint[harness]' ({exc})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return run_main(args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``torchgradlint`` command; returns the exit status."""
     raw = list(sys.argv[1:] if argv is None else argv)
     if raw[:1] == ["harness"]:  # argparse's REMAINDER drops leading options: hand them over verbatim
         return _harness(argparse.Namespace(args=raw[1:]))
+    if raw[:1] == ["run"]:
+        return _run(raw[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -853,9 +853,16 @@ class _Evaluator:
         last = qn.rsplit(".", 1)[-1]
         functional = qn.startswith("torch.nn.functional.")
         parts = [self.expr(v, at, depth + 1) for v in _arg_values(node)]
+        if qn in torch_api.CHECKPOINT and self.mode(at) is GradMode.ENABLED:
+            # ``checkpoint(fn, *args)`` runs ``fn``'s forward: its output holds a graph built here
+            return Provenance(State.ATTACHED, sources=_grown(node, parts), inference=any(p.inference for p in parts))
         if not ((qn.count(".") == 1 and last in torch_api.DIFFERENTIABLE)
                 or (functional and last not in torch_api.FUNCTIONAL_NOT_DIFFERENTIABLE)):
-            return _unknown(any(p.inference for p in parts))
+            inference = any(p.inference for p in parts)
+            if self.mode(at) is GradMode.ENABLED:  # unknown, but if it is a graph, it is built here
+                return Provenance(State.UNKNOWN, sources=(node,) + tuple(
+                    s for p in parts if not p.detached for s in p.sources), inference=inference)
+            return _unknown(inference)
         return self._op(at, parts, node)
 
 

@@ -91,3 +91,6 @@ FORWARD_METHODS = frozenset({"forward", "generate", "predict", "predict_step", "
 # Layers whose forward depends on ``training`` (dropout, batch norm and the
 # layers that contain them).
 MODE_LAYER = re.compile(r"Dropout|BatchNorm|SyncBatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
+
+# Activation checkpointing: runs the given function's forward and returns its output.
+CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})

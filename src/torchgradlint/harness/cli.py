@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fixtures", type=Path, default=None, metavar="DIR",
                    help="a folder laid out like fixtures/ (<CODE>/bad_*.py, <CODE>/ok_*.py)")
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
-    p.add_argument("--steps", type=int, default=10, metavar="N", help="run each fixture at N and 2N steps (10)")
+    p.add_argument("--steps", type=int, default=10, metavar="N",
+                   help="run each fixture at N and 2N steps, and 4N for retained-graph (10)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="seconds per fixture run (120)")
     p.add_argument("-j", "--jobs", type=int, default=2, metavar="N", help="fixtures run in parallel (2)")
     p.add_argument("--output", type=Path, default=None, metavar="FILE", help="write the report here")

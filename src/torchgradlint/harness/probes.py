@@ -1,27 +1,38 @@
-"""Probes: small runtime sanitizers built on torch's own instrumentation.
+"""Probes: small runtime sanitizers built on torch's own instrumentation (imports torch).
 
-A probe is installed from outside a fixture (the fixture never measures
-itself), observes one run of the fixture's ``main(device, steps)``, returns a
-*sample* (a JSON-able dict) per run, and finally decides from the samples at
-``N`` and ``2N`` steps with :meth:`Probe.decide`, which returns a
-:class:`Measurement`: a number, its unit, the stated threshold and whether the
-run is defective.
+A probe is installed from outside the program it watches (a fixture never measures
+itself; ``torchgradlint run`` installs it around a user's script). One instance
+observes one run; :meth:`Probe.sample` returns its JSON-able figures; the class
+method :meth:`Probe.decide` turns the samples of several step counts into a
+:class:`Measurement`: a headline figure with its unit, the stated threshold, whether
+the run is defective, and :class:`findings <Measurement>` — each measured defect with
+its rule code and the user's call stack where it happened (innermost first), so a
+defect can be matched with the line the linter reports.
 
-Probes and the rule directories they judge:
+The harness runs each fixture at N, 2N (and 4N for ``retained-graph``) steps, one
+run per step count; ``torchgradlint run`` samples one long run at checkpoints.
 
 =================  ===========  ==========================================================
 probe              rules        defect when
 =================  ===========  ==========================================================
-stale-gradients    TGL001       >= 1 optimizer step whose gradients a backward added on top
-                                of gradients an earlier optimizer step already consumed
-grad-mode          TGL002       >= 1 grad-mode failure: a RuntimeError of autograd saying a
-                                tensor does not require grad / has no grad_fn, or a
-                                ``create_graph=True`` result that carries no graph
-retained-graph     TGL101,      live autograd nodes grow >= 0.5 node/step, or live saved
-                   TGL102       tensors grow >= 1 KiB/step (N -> 2N steps), or (TGL102)
-                                >= 0.5 retained-and-never-reused graphs per step
-module-mode        TGL201       >= 1 call of a dropout (p > 0) or batch-norm module in
-                                training mode while grad mode is off (no_grad/inference_mode)
+stale-gradients    TGL001       >= 1 optimizer step (per optimizer, per parameter group)
+                                whose gradients a backward added onto gradients that an
+                                earlier step of the same optimizer already consumed
+grad-mode          TGL002       >= 1 grad-mode failure at a backward / autograd.grad call:
+                                autograd's "does not require grad" error on a tensor made
+                                under no_grad/inference_mode, a backward that reaches no
+                                parameter after a no_grad forward, or a create_graph result
+                                that contributes no gradient
+retained-graph     TGL101,      TGL102: >= 0.5 graphs/step kept by retain_graph=True alive
+                   TGL102       at the next forward and never backpropagated again, or
+                                graph growth through graphs backpropagated again
+                                (carried state); TGL101: graph nodes grow >= 0.1 node/step
+                                or saved tensors grow >= 256 B/step (least-squares slope
+                                over N, 2N, 4N steps, growing from N to 4N)
+module-mode        TGL201       >= 1 dropout (p > 0, functional, module, attention or
+                                SDPA dropout_p) or batch-norm call in training mode while
+                                grad mode is off, outside update_bn and outside a model
+                                in eval mode (Monte-Carlo dropout)
 =================  ===========  ==========================================================
 """
 
@@ -31,23 +42,32 @@ import ctypes
 import ctypes.util
 import gc
 import re
+import sys
 import time
 import weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Optional
+from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
 
 import torch
+
+from . import instrument
+from .holders import graph_holders, holder_parts, keeping_lines, reachable_nodes, tensors_in
+from .probe_map import probe_rules
+
+KIB = 1024.0
 
 
 @dataclass
 class Measurement:
-    """A probe's decision for one fixture on one device.
+    """A probe's decision for one program on one device.
 
-    ``figure`` is the headline number in ``unit``; ``display`` is the human
-    form ("+6.4 KiB/step", "stale-gradient steps: 7/8"); ``threshold`` states
-    the rule that separates defect from healthy; ``details`` holds the other
-    measured numbers (all JSON-able).
+    ``figure`` is the headline number in ``unit``; ``display`` the human form
+    ("+6.4 KiB/step", "stale-gradient steps: 7/8"); ``threshold`` states the rule
+    that separates defect from healthy; ``findings`` lists each measured defect as
+    ``{"code", "stack": [[path, line], ...] (innermost first, may be empty when the
+    probe cannot attribute a line), "figure", "unit", "display"}``; ``details`` holds
+    the other measured numbers (all JSON-able).
     """
 
     probe: str
@@ -57,6 +77,7 @@ class Measurement:
     threshold: str
     defect: bool
     details: dict = field(default_factory=dict)
+    findings: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         """This measurement as a JSON-able dict."""
@@ -75,70 +96,20 @@ def human_bytes(n: float, signed: bool = False) -> str:
     return sign + f"{n:.1f} GiB"  # pragma: no cover
 
 
-# --------------------------------------------------------------------------------------------------
-# Shared instrumentation: wrappers around torch.autograd.backward / grad, installed once per process.
-# --------------------------------------------------------------------------------------------------
-
-_autograd_listeners: list[Any] = []
-_autograd_installed = False
-
-
-def install_autograd_wrappers() -> None:
-    """Wrap ``torch.autograd.backward`` and ``torch.autograd.grad`` once per process.
-
-    ``Tensor.backward`` calls ``torch.autograd.backward`` through the module
-    attribute, so it is covered too. Listeners (probes) get
-    ``on_backward_begin(kind, retain, create_graph)``,
-    ``on_backward_end(kind, result, create_graph)`` and
-    ``on_backward_error(kind, exc)``. Call before importing a fixture so that
-    ``from torch.autograd import grad`` binds the wrapper.
-    """
-    global _autograd_installed
-    if _autograd_installed:
-        return
-    _autograd_installed = True
-    orig_backward = torch.autograd.backward
-    orig_grad = torch.autograd.grad
-
-    def _wrap(kind: str, orig: Callable, retain_pos: int, create_pos: int) -> Callable:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            create = kwargs.get("create_graph", args[create_pos] if len(args) > create_pos else False)
-            retain = kwargs.get("retain_graph", args[retain_pos] if len(args) > retain_pos else None)
-            retain = bool(create) if retain is None else bool(retain)
-            listeners = list(_autograd_listeners)
-            for lst in listeners:
-                lst.on_backward_begin(kind, retain, bool(create))
-            try:
-                result = orig(*args, **kwargs)
-            except Exception as exc:
-                for lst in listeners:
-                    lst.on_backward_error(kind, exc)
-                raise
-            for lst in listeners:
-                lst.on_backward_end(kind, result, bool(create))
-            return result
-
-        wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
-        wrapper.__doc__ = orig.__doc__
-        return wrapper
-
-    # backward(tensors, grad_tensors, retain_graph, create_graph, ...)
-    torch.autograd.backward = _wrap("backward", orig_backward, 2, 3)
-    # grad(outputs, inputs, grad_outputs, retain_graph, create_graph, ...)
-    torch.autograd.grad = _wrap("grad", orig_grad, 3, 4)
+def slope(points: Sequence[tuple[float, float]]) -> Optional[float]:
+    """Least-squares slope of ``(x, y)`` points; ``None`` with fewer than two distinct x."""
+    pts = [(float(x), float(y)) for x, y in points if y is not None]
+    if len({x for x, _ in pts}) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    var = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / var
 
 
-class _AutogradListener:
-    """Default no-op callbacks for :func:`install_autograd_wrappers`."""
-
-    def on_backward_begin(self, kind: str, retain: bool, create_graph: bool) -> None:
-        pass
-
-    def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
-        pass
-
-    def on_backward_error(self, kind: str, exc: BaseException) -> None:
-        pass
+def _finding(code: str, stack: Any, figure: float, unit: str, display: str) -> dict:
+    return {"code": code, "stack": [list(s) for s in (stack or [])], "figure": figure, "unit": unit,
+            "display": display}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -146,44 +117,53 @@ class _AutogradListener:
 # --------------------------------------------------------------------------------------------------
 
 
-class Probe(_AutogradListener):
-    """Base class. One instance observes one run (``steps`` fixed).
+class Probe:
+    """Base class. One instance observes one run.
 
-    Lifecycle, driven by the worker: ``with probe.observe(device, steps): main(device, steps)``;
-    ``probe.on_main_return(frame)`` at the return of ``main`` (frame locals still alive) when
-    :attr:`needs_frame` is set; ``probe.on_exception(exc)`` when ``main`` raised;
-    ``probe.sample()`` after the run; :meth:`decide` over the samples of the runs at N and 2N.
+    Lifecycle: ``with probe.observe(device): <program>``; :meth:`on_main_return` at the end
+    of a fixture's ``main`` (its locals alive) when :attr:`needs_frame`; :meth:`on_exception`
+    when the program raised; :meth:`sample` after the run; :meth:`decide` over the samples
+    keyed by step count. Listener callbacks (see :mod:`.instrument`) are no-ops here.
     """
 
     name: ClassVar[str] = ""
     unit: ClassVar[str] = ""
     threshold: ClassVar[str] = ""
     needs_frame: ClassVar[bool] = False
+    #: multiples of N the harness runs a fixture at
+    schedule: ClassVar[tuple[int, ...]] = (1, 2)
 
     def __init__(self) -> None:
         self.device = "cpu"
-        self.steps = 0
+        self.steps: Optional[int] = None
+
+    @classmethod
+    def rules(cls) -> list[str]:
+        """Rule codes this probe measures (from :mod:`.probe_map`)."""
+        return probe_rules(cls.name)
 
     @contextmanager
-    def observe(self, device: str, steps: int) -> Iterator["Probe"]:
-        """Install the probe's hooks for one run, remove them afterwards."""
+    def observe(self, device: str = "cpu", steps: Optional[int] = None) -> Iterator["Probe"]:
+        """Install the probe's hooks for one run, remove them afterwards (``steps``: the run's step count,
+        when known; ``run`` does not know it)."""
         self.device, self.steps = device, steps
-        _autograd_listeners.append(self)
+        instrument.install()
+        instrument.LISTENERS.append(self)
         try:
             with ExitStack() as stack:
                 self._install(stack)
                 yield self
         finally:
-            _autograd_listeners.remove(self)
+            instrument.LISTENERS.remove(self)
 
     def _install(self, stack: ExitStack) -> None:
         """Register hooks; push their removal onto ``stack``."""
 
     def on_main_return(self, frame: Any) -> None:
-        """Called at the return event of ``main`` while its locals are alive."""
+        """Called at the return of a fixture's ``main`` while its locals are alive."""
 
     def on_exception(self, exc: BaseException) -> bool:
-        """``main`` raised ``exc``; return ``True`` if it is this probe's measured defect."""
+        """The program raised ``exc``; ``True`` if it is this probe's measured defect."""
         return False
 
     def sample(self) -> dict:
@@ -192,7 +172,7 @@ class Probe(_AutogradListener):
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
-        """Measurement from the samples keyed by step count (N and 2N)."""
+        """Measurement from the samples keyed by step count."""
         raise NotImplementedError
 
 
@@ -201,107 +181,145 @@ class Probe(_AutogradListener):
 # --------------------------------------------------------------------------------------------------
 
 
+def _grad_state(g: Optional[torch.Tensor]) -> Optional[tuple]:
+    """Identity of a gradient's contents without copying it: object, data pointer, version counter."""
+    if g is None:
+        return None
+    return (id(g), g.data_ptr(), g._version)
+
+
 class StaleGradientProbe(Probe):
-    """Counts optimizer steps that consume gradients summed onto already-consumed ones.
+    """Optimizer steps that consume gradients summed onto gradients an earlier step consumed.
 
-    Global optimizer step hooks
-    (:func:`torch.optim.optimizer.register_optimizer_step_pre_hook` / ``post_hook``)
-    snapshot every parameter's gradient right after each ``step()``. Gradient hooks
-    (:meth:`torch.Tensor.register_hook`, which run before ``AccumulateGrad``) on every
-    parameter an optimizer owns check, when a backward is about to accumulate, whether
-    ``p.grad`` still equals (nonzero, same values) the gradient the last step consumed:
-    then this backward adds into a consumed gradient. The next ``step()`` is counted
-    as a *stale-gradient step*.
+    No gradient is copied: a gradient's contents are identified by the tensor object,
+    its data pointer and its version counter (every in-place change, ``zero_()``
+    included, bumps the counter; ``zero_grad()``'s default sets it to ``None``).
 
-    Figure: stale-gradient steps (count) out of all optimizer steps of the run at N.
-    Threshold: defect when >= 1 stale-gradient step in either run (healthy loops have 0;
-    the first step can never be stale).
+    * global optimizer step hooks: after each ``step()`` every parameter's gradient
+      state is recorded as *consumed*;
+    * per parameter a gradient hook (before ``AccumulateGrad``) sees whether a backward
+      is about to add into a consumed (or already stale) gradient, and a
+      post-accumulate-grad hook records the resulting *stale* state;
+    * before each ``step()``, per parameter group, the step is *stale* when a
+      parameter's gradient is still in a stale state.
+
+    Attribution: per optimizer and parameter group, at the user's call stack of the
+    first stale ``step()`` (``scaler.step(opt)`` names the user's line).
+    Figure: stale-gradient steps out of all steps of the optimizer with the most.
+    Threshold: defect when >= 1 stale-gradient step (the first step can never be stale).
     """
 
     name = "stale-gradients"
     unit = "steps"
-    threshold = ">= 1 optimizer step consumed gradients added onto a gradient an earlier step already used"
+    threshold = (">= 1 step of an optimizer (per parameter group) consumed gradients that a backward added "
+                 "onto gradients an earlier step of it already used")
 
     def __init__(self) -> None:
         super().__init__()
-        self.steps_total = 0
-        self.stale_steps = 0
-        self.stale_accumulations = 0
-        self._pending = False
-        self._snap: dict[int, torch.Tensor] = {}
-        self._hooked: dict[int, Any] = {}
+        self._consumed: dict[int, Optional[tuple]] = {}
+        self._stale: dict[int, Optional[tuple]] = {}
+        self._about: set[int] = set()
+        self._hooks: dict[int, list] = {}
+        self._labels: dict[int, str] = {}
+        self._counts: dict[str, int] = {}
+        self.groups: dict[str, dict] = {}
 
     def _install(self, stack: ExitStack) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        pre = register_optimizer_step_pre_hook(self._pre_step)
-        post = register_optimizer_step_post_hook(self._post_step)
-        stack.callback(pre.remove)
-        stack.callback(post.remove)
+        stack.callback(register_optimizer_step_pre_hook(self._pre_step).remove)
+        stack.callback(register_optimizer_step_post_hook(self._post_step).remove)
         stack.callback(self._remove_param_hooks)
 
     def _remove_param_hooks(self) -> None:
-        for handle in self._hooked.values():
-            handle.remove()
-        self._hooked.clear()
-        self._snap.clear()
+        for handles in self._hooks.values():
+            for h in handles:
+                h.remove()
+        self._hooks.clear()
 
-    def _params(self, optimizer: Any) -> Iterator[torch.Tensor]:
+    def _label(self, optimizer: Any) -> str:
+        label = self._labels.get(id(optimizer))
+        if label is None:
+            kind = type(optimizer).__name__
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+            label = self._labels[id(optimizer)] = f"{kind}#{self._counts[kind]}"
+        return label
+
+    def _hook(self, p: torch.Tensor) -> None:
+        pid = id(p)
+        if pid in self._hooks or not p.requires_grad:
+            return
+        ref = weakref.ref(p)
+
+        def before(grad: torch.Tensor) -> None:
+            param = ref()
+            if param is not None:
+                state = _grad_state(param.grad)
+                if state is not None and (state == self._consumed.get(pid) or state == self._stale.get(pid)):
+                    self._about.add(pid)
+            return None
+
+        def after(param: torch.Tensor) -> None:
+            if pid in self._about:
+                self._about.discard(pid)
+                self._stale[pid] = _grad_state(param.grad)
+
+        self._hooks[pid] = [p.register_hook(before), p.register_post_accumulate_grad_hook(after)]
+
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        label = self._label(optimizer)
+        stack = None
+        for gi, group in enumerate(optimizer.param_groups):
+            stale = 0
+            for p in group["params"]:
+                if not isinstance(p, torch.Tensor):
+                    continue
+                self._hook(p)
+                if p.grad is not None and self._stale.get(id(p)) == _grad_state(p.grad):
+                    stale += 1
+            rec = self.groups.setdefault(f"{label} group {gi}", {"steps": 0, "stale_steps": 0,
+                                                                  "stale_params": 0, "stack": []})
+            rec["steps"] += 1
+            if stale:
+                rec["stale_steps"] += 1
+                rec["stale_params"] = max(rec["stale_params"], stale)
+                if not rec["stack"]:
+                    stack = stack or instrument.user_stack()
+                    rec["stack"] = [list(s) for s in stack]
+
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if isinstance(p, torch.Tensor):
-                    yield p
-
-    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.steps_total += 1
-        if self._pending:
-            self.stale_steps += 1
-        self._pending = False
-        for p in self._params(optimizer):
-            if id(p) not in self._hooked and p.requires_grad:
-                self._hooked[id(p)] = p.register_hook(self._make_grad_hook(p))
-
-    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        for p in self._params(optimizer):
-            g = p.grad
-            if g is not None and not g.is_sparse:
-                self._snap[id(p)] = g.detach().clone()
-            else:
-                self._snap.pop(id(p), None)
-
-    def _make_grad_hook(self, p: torch.Tensor) -> Callable:
-        ref = weakref.ref(p)
-
-        def hook(grad: torch.Tensor) -> None:
-            param = ref()
-            if param is None:
-                return None
-            current = param.grad
-            snap = self._snap.get(id(param))
-            if current is None or snap is None or current.is_sparse or current.shape != snap.shape:
-                return None
-            with torch.no_grad():
-                if bool(current.any()) and torch.equal(current, snap):
-                    self._pending = True
-                    self.stale_accumulations += 1
-            return None
-
-        return hook
+                    self._consumed[id(p)] = _grad_state(p.grad)
+                    self._stale.pop(id(p), None)
 
     def sample(self) -> dict:
-        """``steps_total``, ``stale_steps``, ``stale_accumulations`` (parameter-level)."""
-        return {"steps_total": self.steps_total, "stale_steps": self.stale_steps,
-                "stale_accumulations": self.stale_accumulations}
+        """``groups``: per optimizer and parameter group, steps, stale steps and the first stale stack."""
+        return {"groups": {k: dict(v) for k, v in self.groups.items()}}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
-        """Defect iff a run has >= 1 stale-gradient step; the figure is the run at N."""
+        """Defect iff a run has >= 1 stale-gradient step in some group; figures from the run at N."""
         n = min(samples)
-        s = samples[n]
-        defect = any(v["stale_steps"] >= 1 for v in samples.values())
-        return Measurement(cls.name, float(s["stale_steps"]), cls.unit,
-                           f"stale-gradient steps: {s['stale_steps']}/{s['steps_total']}",
-                           cls.threshold, defect, {"runs": {str(k): v for k, v in samples.items()}})
+        groups = samples[n]["groups"]
+        findings = []
+        for label, g in sorted(groups.items()):
+            if g["stale_steps"]:
+                findings.append(_finding("TGL001", g["stack"], float(g["stale_steps"]), cls.unit,
+                                         f"{label}: stale-gradient steps {g['stale_steps']}/{g['steps']}"))
+        defect = any(g["stale_steps"] >= 1 for s in samples.values() for g in s["groups"].values())
+        worst = max(groups.items(), key=lambda kv: (kv[1]["stale_steps"], kv[1]["steps"]), default=None)
+        if worst is None:
+            display, figure = "stale-gradient steps: 0/0 (no optimizer step)", 0.0
+        else:
+            g = worst[1]
+            figure = float(g["stale_steps"])
+            display = f"stale-gradient steps: {g['stale_steps']}/{g['steps']}"
+            if len(groups) > 1:
+                display += f" ({worst[0]}; {len(groups)} groups)"
+        return Measurement(cls.name, figure, cls.unit, display, cls.threshold, defect,
+                           findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,92 +333,161 @@ GRAD_MODE_ERRORS = re.compile(
 )
 
 
-class GradModeProbe(Probe):
-    """Records grad-mode failures of backward / ``torch.autograd.grad``.
+def _reaches_parameter(roots: Sequence[Any]) -> bool:
+    """Whether the graphs of ``roots`` reach an ``nn.Parameter`` (stops at the first one)."""
+    seen: set[int] = set()
+    stack = []
+    for t in roots:
+        if isinstance(t, torch.nn.Parameter):
+            return True
+        if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+            stack.append(t.grad_fn)
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        var = getattr(fn, "variable", None)
+        if isinstance(var, torch.nn.Parameter):
+            return True
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                stack.append(nxt)
+    return False
 
-    Two kinds: (1) an exception raised by autograd whose message says a tensor does
-    not require grad or has no ``grad_fn`` (e.g. ``RuntimeError: element 0 of tensors
-    does not require grad and does not have a grad_fn``), whether or not the fixture
-    catches it; (2) a ``torch.autograd.grad(..., create_graph=True)`` result that
-    contributes no gradient: it carries no graph (``requires_grad`` is ``False``), or no
-    later backward ever propagates through it (a tensor hook on the result never fires,
-    e.g. a gradient penalty computed from it under no_grad).
+
+class GradModeProbe(Probe):
+    """Grad-mode failures of backward / ``torch.autograd.grad``, attributed to the call.
+
+    Three kinds, all seen at the backward or ``autograd.grad`` call (an error raised
+    anywhere else, whatever its text, is not claimed):
+
+    1. autograd raises "does not require grad" / "does not have a grad_fn" and grad mode
+       is why: a root is an inference tensor, grad mode is off at the call, or a module
+       with trainable parameters ran while grad mode was off since the last backward
+       (a ``.detach()`` bug, with every forward under grad mode, is not claimed);
+    2. a silent failure: a backward whose graph reaches no parameter (e.g.
+       ``requires_grad_()`` on a result computed under no_grad) after a module with
+       trainable parameters ran while grad mode was off;
+    3. a ``torch.autograd.grad(..., create_graph=True)`` result that carries no graph or
+       that no later backward ever propagates through (a penalty computed under no_grad).
 
     Figure: grad-mode failures (count) in the run at N. Threshold: defect when >= 1.
     """
 
     name = "grad-mode"
     unit = "failures"
-    threshold = ">= 1 autograd 'does not require grad' error, or a create_graph result that contributes no gradient"
+    threshold = (">= 1 grad-mode failure at a backward/autograd.grad call: 'does not require grad' on a tensor made "
+                 "with grad mode off, a backward reaching no parameter after a no_grad forward, or a create_graph "
+                 "result contributing no gradient")
 
     def __init__(self) -> None:
         super().__init__()
-        self.errors: list[str] = []
-        self.graphless = 0
+        self.events: list[dict] = []
+        self.other_errors: list[str] = []
         self.calls = 0
         self._seen: set[int] = set()
-        self._graph_used: list[bool] = []
+        self._nograd_forward: Optional[list] = None
+        self._roots: tuple = ()
+        self._graph_used: list[list] = []  # [used, stack]
 
-    def on_backward_begin(self, kind: str, retain: bool, create_graph: bool) -> None:
+    def _install(self, stack: ExitStack) -> None:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        stack.callback(register_module_forward_pre_hook(self._pre_forward).remove)
+
+    def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
+        if self._nograd_forward is None and not torch.is_grad_enabled():
+            if any(p.requires_grad for p in module.parameters()):
+                self._nograd_forward = [list(s) for s in instrument.user_stack(3)]
+        return None
+
+    def _event(self, kind: str, text: str) -> None:
+        self.events.append({"kind": kind, "text": text, "stack": [list(s) for s in instrument.user_stack()],
+                            "cause": self._nograd_forward})
+
+    def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
         self.calls += 1
+        self._roots = roots
+        if kind == "backward" and self._nograd_forward is not None and roots \
+                and all(isinstance(t, torch.Tensor) and t.requires_grad for t in roots) \
+                and not _reaches_parameter(roots):
+            self._event("silent", "backward reaches no parameter: its forward ran with grad mode off")
 
     def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
+        self._nograd_forward = None
+        self._roots = ()
         if kind == "grad" and create_graph and result is not None:
             for t in result:
                 if not isinstance(t, torch.Tensor):
                     continue
                 if not t.requires_grad:
-                    self.graphless += 1
+                    self._event("graphless", "create_graph result carries no graph")
                     continue
-                index = len(self._graph_used)
-                self._graph_used.append(False)
-                t.register_hook(self._make_used_hook(index))
+                rec = [False, [list(s) for s in instrument.user_stack()]]
+                self._graph_used.append(rec)
+                t.register_hook(self._make_used_hook(rec))
 
-    def _make_used_hook(self, index: int) -> Callable:
+    @staticmethod
+    def _make_used_hook(rec: list) -> Callable:
         def hook(grad: torch.Tensor) -> None:
-            self._graph_used[index] = True
+            rec[0] = True
             return None
 
         return hook
 
+    def _cause(self) -> Optional[str]:
+        if any(isinstance(t, torch.Tensor) and t.is_inference() for t in self._roots):
+            return "inference tensor"
+        if not torch.is_grad_enabled():
+            return "grad mode off at the call"
+        if self._nograd_forward is not None:
+            return "forward ran with grad mode off"
+        return None
+
     def on_backward_error(self, kind: str, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
         if isinstance(exc, RuntimeError) and GRAD_MODE_ERRORS.search(str(exc)):
-            self._seen.add(id(exc))
-            self.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            cause = self._cause()
+            if cause is not None:
+                self._seen.add(id(exc))
+                self._event("error", text)
+                self.events[-1]["why"] = cause
+            else:
+                self.other_errors.append(text)
+        self._roots = ()
 
     def on_exception(self, exc: BaseException) -> bool:
-        if id(exc) in self._seen:
-            return True
-        if isinstance(exc, RuntimeError) and GRAD_MODE_ERRORS.search(str(exc)):
-            self.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
-            return True
-        return False
+        return id(exc) in self._seen
 
     def sample(self) -> dict:
-        """``errors`` (type: message), ``graphless_create_graph`` results (no graph, or a graph no
-        later backward ever used), ``create_graph_results``, autograd ``calls``."""
-        unused = sum(1 for used in self._graph_used if not used)
-        return {"errors": list(self.errors), "graphless_create_graph": self.graphless + unused,
-                "create_graph_results": len(self._graph_used) + self.graphless, "calls": self.calls}
+        """``events`` (kind, text, stack, cause), autograd ``calls``, errors not claimed."""
+        events = list(self.events)
+        for used, stack in self._graph_used:
+            if not used:
+                events.append({"kind": "unused", "text": "create_graph result contributing no gradient",
+                               "stack": stack, "cause": None})
+        return {"events": events, "calls": self.calls, "other_errors": list(self.other_errors),
+                "create_graph_results": len(self._graph_used)}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
-        """Defect iff a run has >= 1 grad-mode error or graphless create_graph result."""
-        n = min(samples)
-        s = samples[n]
-        count = len(s["errors"]) + s["graphless_create_graph"]
-        defect = any(len(v["errors"]) + v["graphless_create_graph"] >= 1 for v in samples.values())
-        if s["errors"]:
-            display = s["errors"][0]
-            if count > 1:
-                display += f" (+{count - 1} more)"
-        elif s["graphless_create_graph"]:
-            display = (f"create_graph results contributing no gradient: {s['graphless_create_graph']}"
-                       f"/{s['create_graph_results']}")
+        """Defect iff a run has >= 1 grad-mode failure; one finding per distinct call stack."""
+        s = samples[min(samples)]
+        events = s["events"]
+        defect = any(v["events"] for v in samples.values())
+        by_stack: dict[str, list] = {}
+        for e in events:
+            by_stack.setdefault(repr(e["stack"]), []).append(e)
+        findings = [_finding("TGL002", es[0]["stack"], float(len(es)), cls.unit,
+                             es[0]["text"] + (f" (x{len(es)})" if len(es) > 1 else ""))
+                    for es in by_stack.values()]
+        if events:
+            display = events[0]["text"] + (f" (+{len(events) - 1} more)" if len(events) > 1 else "")
         else:
             display = f"grad-mode failures: 0 ({s['calls']} backward/grad calls)"
-        return Measurement(cls.name, float(count), cls.unit, display, cls.threshold, defect,
-                           {"runs": {str(k): v for k, v in samples.items()}})
+        return Measurement(cls.name, float(len(events)), cls.unit, display, cls.threshold, defect,
+                           findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -433,21 +520,16 @@ _heap_in_use = _load_mallinfo()
 
 
 def host_heap_bytes() -> Optional[int]:
-    """Bytes in use by the C heap (glibc ``mallinfo2``: ``uordblks + hblkhd``); ``None`` elsewhere.
-
-    CPU tensors and autograd's graph bookkeeping live there.
-    """
+    """Bytes in use by the C heap (glibc ``mallinfo2``: ``uordblks + hblkhd``); ``None`` elsewhere."""
     return _heap_in_use() if _heap_in_use is not None else None
 
 
 def count_live_graph_nodes() -> int:
-    """Autograd nodes reachable from live tensors (``gc`` over tensors with a ``grad_fn``).
+    """Autograd nodes reachable from every live tensor (``gc`` over tensors with a ``grad_fn``).
 
-    Walks ``grad_fn.next_functions`` from every live tensor's ``grad_fn``; each node
-    counted once. Cost: one pass over ``gc.get_objects()`` (~0.1 s).
+    Cost: one pass over ``gc.get_objects()`` (~0.1 s); the harness uses it, ``run`` does not.
     """
-    seen: dict[int, Any] = {}
-    stack: list[Any] = []
+    fns = []
     tensor_type = torch.Tensor
     for obj in gc.get_objects():
         if issubclass(type(obj), tensor_type):
@@ -456,115 +538,155 @@ def count_live_graph_nodes() -> int:
             except Exception:  # pragma: no cover - exotic tensor subclasses
                 continue
             if fn is not None:
-                stack.append(fn)
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen:
-            continue
-        seen[id(fn)] = fn  # keep alive so ids stay unique
-        for nxt, _ in getattr(fn, "next_functions", ()):
-            if nxt is not None and id(nxt) not in seen:
-                stack.append(nxt)
-    n = len(seen)
-    seen.clear()
-    return n
+                fns.append(fn)
+    return reachable_nodes(fns, {})
+
+
+def view_span(t: torch.Tensor) -> int:
+    """Bytes a tensor view spans in its storage: from its first to its last element (0 if empty)."""
+    if t.numel() == 0:
+        return 0
+    extent = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    return extent * t.element_size()
 
 
 class _Packed:
-    __slots__ = ("t", "key", "last_call", "__weakref__")
+    __slots__ = ("t", "span", "last_call", "__weakref__")
 
-    def __init__(self, t: torch.Tensor, key: tuple) -> None:
+    def __init__(self, t: torch.Tensor, span: int) -> None:
         self.t = t
-        self.key = key
+        self.span = span
         self.last_call: Optional[int] = None
 
 
 @dataclass
 class _BackwardCall:
     retain: bool
+    stack: list
+    refs: list = field(default_factory=list)
     unpacked: int = 0
     reused: bool = False
+    alive_at_next: int = -1  # bytes of its saved tensors alive at the next forward (-1: not checked)
+
+
+def _all_holders(sample: dict) -> dict:
+    """Holders of a sample's end-of-main and in-run checkpoints; the larger node count wins."""
+    out = dict(sample.get("inrun", {}).get("holders", {}))
+    for key, h in sample.get("holders", {}).items():
+        if key not in out or h["nodes"] >= out[key]["nodes"]:
+            out[key] = h
+    return out
 
 
 class RetainedGraphProbe(Probe):
-    """Saved tensors and autograd nodes kept alive, and how they grow with steps.
+    """Graphs and saved tensors kept alive across steps, and graphs retained for nothing.
 
-    Instrumentation (all from outside the fixture):
+    Instrumentation (all from outside the program):
 
-    * :class:`torch.autograd.graph.saved_tensors_hooks` around the whole ``main``: every
-      tensor autograd saves is wrapped; a :func:`weakref.finalize` on the wrapper accounts
-      when the graph releases it. Live *saved bytes* are counted per storage (a storage
-      saved twice counts once); parameters (leaves that require grad) are not counted.
-    * at the return of ``main`` (its locals still alive): ``gc.collect()``, live graph
-      nodes (:func:`count_live_graph_nodes`), live saved bytes, the C heap in use
-      (:func:`host_heap_bytes`) and, on CUDA, ``torch.cuda.memory_allocated``;
-    * backward calls with ``retain_graph=True`` whose saved tensors no later backward
-      ever unpacks again (a graph retained for nothing);
-    * wall time of the run (time per step; grows with steps when state is carried).
+    * :class:`torch.autograd.graph.saved_tensors_hooks`: every tensor autograd saves
+      is wrapped; a :func:`weakref.finalize` accounts its release. Live *saved bytes*
+      count the bytes each saved view spans in its storage (:func:`view_span`); views of
+      one storage count at most the storage's size; parameters are not counted.
+    * per backward / ``autograd.grad`` call: the saved tensors it unpacked; for a call
+      with ``retain_graph=True``, at the next saved tensor packed after it (the next
+      forward), the bytes of its saved tensors still alive, and whether a later backward
+      unpacks them again (reused).
+    * checkpoints (the end of a fixture's ``main``; in ``run`` every backward call whose
+      count is 4, 8, 16, ...): graph nodes reachable from each variable of the user's
+      frames (:func:`.holders.graph_holders`), live saved bytes and, in the harness,
+      every live graph node (:func:`count_live_graph_nodes`) and CUDA memory.
 
-    Figure: retained bytes per step from N to 2N steps: growth of the C heap in use
-    (plus CUDA memory allocated on CUDA) at the return of ``main``, or of saved tensors at
-    their peak when that is larger, e.g. "+6.4 KiB/step". The heap figure carries a few KiB/step
-    of allocator noise, so it is reported but does not decide.
-    Threshold (deterministic counters): defect when live autograd nodes grow >= 0.5
-    node/step, or live saved tensors (at the end or at their peak) grow >= 1 KiB/step,
-    or >= 0.5 retained-and-never-reused graphs per step.
+    Decision over checkpoints at N, 2N, 4N steps (least-squares slope, and the value at
+    4N above the value at N):
+    TGL102 when >= 0.5 retained graphs/step are alive at the next forward and never
+    reused, or when graphs grow (below) while retained graphs are backpropagated
+    again (state carried across iterations), attributed to the retaining call;
+    TGL101 when graph nodes grow >= 0.1 node/step or saved tensors >= 256 B/step (or
+    saved tensors at their peak >= 1 KiB/step), attributed to the variable whose
+    graph grows and the line that stores into it.
     """
 
     name = "retained-graph"
     unit = "B/step"
-    threshold = ("live autograd nodes grow >= 0.5 node/step, or live saved tensors grow >= 1 KiB/step, "
-                 "or >= 0.5 retained-but-never-reused graphs/step (N -> 2N steps)")
+    threshold = ("TGL102: >= 0.5 graphs/step kept by retain_graph=True alive at the next forward and never reused, "
+                 "or growth while retained graphs are reused; TGL101: graph nodes >= 0.1 node/step or saved tensors "
+                 ">= 256 B/step (peak >= 1 KiB/step): least-squares slope over N, 2N, 4N steps")
     needs_frame = True
+    schedule = (1, 2, 4)
 
-    NODE_GROWTH = 0.5  # nodes/step
-    SAVED_GROWTH = 1024.0  # bytes/step
-    WASTED_RETAIN = 0.5  # retain_graph=True backward calls never reused, per step
+    NODE_GROWTH = 0.1  # nodes/step
+    SAVED_GROWTH = 256.0  # bytes/step
+    PEAK_GROWTH = 1024.0  # bytes/step
+    WASTED_RETAIN = 0.5  # retained graphs alive at the next forward and never reused, per step
 
-    def __init__(self) -> None:
+    def __init__(self, full_scan: bool = True) -> None:
         super().__init__()
-        self._live: dict[tuple, list] = {}  # key -> [refcount, nbytes]
+        self.full_scan = full_scan
+        self._views: dict[tuple, dict[tuple, list]] = {}  # storage -> view -> [refcount, span]
+        self._counted: dict[tuple, int] = {}  # storage -> bytes counted
+        self._capacity: dict[tuple, int] = {}
         self.live_bytes = 0
         self.peak_bytes = 0
         self.packed_total = 0
-        self._calls: list[_BackwardCall] = []
+        self._calls: dict[int, _BackwardCall] = {}  # retain_graph=True calls only, by call number
+        self._ncalls = 0
+        self._pending: list[int] = []
         self._current: Optional[int] = None
         self.end: dict[str, Any] = {}
+        self.inrun: dict[str, Any] = {}
+        self._lines: dict[tuple, list] = {}
         self._t0 = 0.0
         self.seconds = 0.0
 
     # saved tensor accounting -------------------------------------------------------------------
-    def _release(self, key: tuple) -> None:
-        entry = self._live.get(key)
-        if entry is None:
+    def _recount(self, skey: tuple) -> None:
+        views = self._views.get(skey)
+        new = min(self._capacity.get(skey, 0), sum(v[1] for v in views.values())) if views else 0
+        self.live_bytes += new - self._counted.get(skey, 0)
+        if views:
+            self._counted[skey] = new
+        else:
+            self._counted.pop(skey, None)
+            self._views.pop(skey, None)
+            self._capacity.pop(skey, None)
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+
+    def _release(self, skey: tuple, vkey: tuple) -> None:
+        views = self._views.get(skey)
+        if views is None or vkey not in views:
             return
-        entry[0] -= 1
-        if entry[0] <= 0:
-            self.live_bytes -= entry[1]
-            del self._live[key]
+        views[vkey][0] -= 1
+        if views[vkey][0] <= 0:
+            del views[vkey]
+        self._recount(skey)
 
     def _pack(self, t: torch.Tensor) -> Any:
+        if self._pending:
+            self._check_pending()
         if t.requires_grad and t.grad_fn is None:  # parameter or other leaf: alive anyway
             return t
         try:
             storage = t.untyped_storage()
-            key = (str(t.device), storage.data_ptr(), storage.nbytes())
-            nbytes = storage.nbytes()
+            skey = (str(t.device), storage.data_ptr())
+            vkey = (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.element_size())
+            span = min(view_span(t), storage.nbytes())
+            self._capacity[skey] = storage.nbytes()
         except Exception:  # sparse / meta / exotic tensors
             return t
         # detach: holding a saved *output* with its grad_fn would make a reference cycle
         # (node -> saved variable -> tensor -> node) that a retained graph never breaks;
         # autograd restores the autograd metadata of what unpack returns.
-        packed = _Packed(t.detach(), key)
-        entry = self._live.get(key)
+        packed = _Packed(t.detach(), span)
+        views = self._views.setdefault(skey, {})
+        entry = views.get(vkey)
         if entry is None:
-            self._live[key] = [1, nbytes]
-            self.live_bytes += nbytes
-            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+            views[vkey] = [1, span]
+            self._recount(skey)
         else:
             entry[0] += 1
         self.packed_total += 1
-        weakref.finalize(packed, self._release, key)
+        weakref.finalize(packed, self._release, skey, vkey)
         return packed
 
     def _unpack(self, packed: Any) -> Any:
@@ -572,18 +694,39 @@ class RetainedGraphProbe(Probe):
             return packed
         cur = self._current
         if cur is not None:
-            call = self._calls[cur]
-            call.unpacked += 1
+            call = self._calls.get(cur)
+            if call is not None:
+                call.unpacked += 1
+                call.refs.append(weakref.ref(packed))
             if packed.last_call is not None and packed.last_call != cur:
-                self._calls[packed.last_call].reused = True
+                earlier = self._calls.get(packed.last_call)
+                if earlier is not None:
+                    earlier.reused = True
             packed.last_call = cur
         return packed.t
 
-    def on_backward_begin(self, kind: str, retain: bool, create_graph: bool) -> None:
-        self._calls.append(_BackwardCall(retain))
-        self._current = len(self._calls) - 1
+    def _check_pending(self) -> None:
+        for idx in self._pending:
+            call = self._calls[idx]
+            alive = [r() for r in call.refs]
+            call.alive_at_next = sum(p.span for p in alive if p is not None)
+            call.refs = [r for r, p in zip(call.refs, alive) if p is not None]
+        self._pending.clear()
+
+    def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
+        if self._pending:
+            self._check_pending()
+        if self.full_scan:  # harness: graphs held by the user's variables at the start of each backward
+            self.inrun = self.checkpoint(instrument.user_frames(frame=sys._getframe(1)))
+        stack = [list(s) for s in instrument.user_stack()] if retain else []
+        self._ncalls += 1
+        self._current = self._ncalls
+        if retain:
+            self._calls[self._current] = _BackwardCall(retain, stack)
 
     def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
+        if self._current in self._calls:
+            self._pending.append(self._current)
         self._current = None
 
     def on_backward_error(self, kind: str, exc: BaseException) -> None:
@@ -601,85 +744,153 @@ class RetainedGraphProbe(Probe):
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self._t0
 
+    # checkpoints -------------------------------------------------------------------------------
+    def checkpoint(self, frames: Sequence[Any]) -> dict:
+        """Figures now: graph nodes per user variable in ``frames``, live saved bytes, retain calls."""
+        holders = graph_holders(frames)
+        out = {}
+        for key, n in holders.items():
+            path, func, first, name = holder_parts(key)
+            code = next((f.f_code for f in frames if f.f_code.co_name == func and f.f_code.co_firstlineno == first),
+                        None)
+            lk = (id(code), name)
+            if lk not in self._lines:
+                self._lines[lk] = keeping_lines(code, name) if code is not None else []
+            out[key] = {"nodes": n, "lines": self._lines[lk]}
+        fns = []
+        for f in frames:
+            try:
+                values = list(f.f_locals.values())
+            except Exception:  # pragma: no cover
+                continue
+            for v in values:
+                if isinstance(v, type) or (callable(v) and not isinstance(v, torch.Tensor)):
+                    continue
+                fns.extend(t.grad_fn for t in tensors_in(v) if t.grad_fn is not None)
+        calls = list(self._calls.values())
+        wasted = [c for c in calls if c.alive_at_next > 0 and not c.reused]
+        return {"holders": out, "holder_nodes": reachable_nodes(fns, {}), "saved_bytes": self.live_bytes,
+                "peak_saved_bytes": self.peak_bytes, "backward_calls": self._ncalls,
+                "retain_calls": len(calls),
+                "reused_retain_calls": sum(1 for c in calls if c.reused),
+                "retain_stack": calls[0].stack if calls else [],
+                "wasted_retain_calls": len(wasted),
+                "wasted_bytes": max((c.alive_at_next for c in wasted), default=0),
+                "wasted_stack": wasted[0].stack if wasted else []}
+
     def on_main_return(self, frame: Any) -> None:
-        """Sample nodes, saved bytes, heap and CUDA memory while ``main``'s locals are alive."""
+        """Checkpoint while ``main``'s locals are alive (plus every live graph node and CUDA memory)."""
         gc.collect()
         cuda = None
         if self.device.startswith("cuda") and torch.cuda.is_available():
             torch.cuda.synchronize()
             cuda = int(torch.cuda.memory_allocated())
-        self.end = {"nodes": count_live_graph_nodes(), "saved_bytes": self.live_bytes,
-                    "heap_bytes": host_heap_bytes(), "cuda_allocated": cuda}
+        frames = instrument.user_frames(frame=frame)
+        self.end = self.checkpoint(frames)
+        self.end.update({"nodes": count_live_graph_nodes() if self.full_scan else None,
+                         "heap_bytes": host_heap_bytes(), "cuda_allocated": cuda})
 
     def sample(self) -> dict:
-        """End-of-main figures plus peak saved bytes, wasted retains and seconds."""
-        wasted = sum(1 for c in self._calls if c.retain and c.unpacked and not c.reused)
-        end = dict(self.end) or {"nodes": None, "saved_bytes": self.live_bytes, "heap_bytes": None,
-                                 "cuda_allocated": None}
-        end.update({"peak_saved_bytes": self.peak_bytes, "packed_total": self.packed_total,
-                    "backward_calls": len(self._calls),
-                    "retain_calls": sum(1 for c in self._calls if c.retain),
-                    "wasted_retain_calls": wasted, "seconds": round(self.seconds, 4)})
+        """The end-of-main checkpoint plus packed count, wall seconds and (harness) the checkpoint at the
+        start of the last backward (``inrun``: graphs held by variables of helpers that have returned since)."""
+        end = dict(self.end) or self.checkpoint([])
+        end.update({"packed_total": self.packed_total, "seconds": round(self.seconds, 4)})
+        if self.inrun:
+            end["inrun"] = {"holders": self.inrun["holders"], "holder_nodes": self.inrun["holder_nodes"]}
         return end
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
-        """Growth per step between the runs at N and 2N steps (see the class threshold)."""
-        n, n2 = sorted(samples)[:2] if len(samples) >= 2 else (min(samples), min(samples))
-        a, b = samples[n], samples[n2]
-        span = max(n2 - n, 1)
+        """Growth over the checkpoints (see the class docstring for the thresholds)."""
+        xs = sorted(samples)
+        first, last = samples[xs[0]], samples[xs[-1]]
 
-        def growth(key: str) -> Optional[float]:
-            if a.get(key) is None or b.get(key) is None or n2 == n:
+        def fit(get: Callable[[dict], Optional[float]]) -> Optional[float]:
+            pts = [(x, get(samples[x])) for x in xs]
+            if any(y is None for _, y in pts):
                 return None
-            return (b[key] - a[key]) / span
+            return slope(pts)
 
-        nodes = growth("nodes")
-        saved = growth("saved_bytes")
-        peak = growth("peak_saved_bytes")
-        wasted = growth("wasted_retain_calls")
-        heap = growth("heap_bytes")
-        cuda = growth("cuda_allocated")
-        reasons = []
-        if nodes is not None and nodes >= cls.NODE_GROWTH:
-            reasons.append(f"nodes +{nodes:.1f}/step")
-        if saved is not None and saved >= cls.SAVED_GROWTH:
-            reasons.append(f"saved tensors {human_bytes(saved, True)}/step")
-        if peak is not None and peak >= cls.SAVED_GROWTH:
-            reasons.append(f"peak saved tensors {human_bytes(peak, True)}/step")
+        def grows(get: Callable[[dict], Optional[float]], bound: float) -> tuple[Optional[float], bool]:
+            s = fit(get)
+            a, b = get(first), get(last)
+            return s, s is not None and s >= bound and a is not None and b is not None and b > a
+
+        node_key = "nodes" if all(samples[x].get("nodes") is not None for x in xs) else "holder_nodes"
+        nodes, nodes_grow = grows(lambda s: s.get(node_key), cls.NODE_GROWTH)
+        if all("inrun" in samples[x] for x in xs):
+            inrun, inrun_grow = grows(lambda s: s["inrun"]["holder_nodes"], cls.NODE_GROWTH)
+            if inrun_grow and not nodes_grow:
+                nodes, nodes_grow = inrun, True
+        saved, saved_grow = grows(lambda s: s.get("saved_bytes"), cls.SAVED_GROWTH)
+        peak, peak_grow = grows(lambda s: s.get("peak_saved_bytes"), cls.PEAK_GROWTH)
+        wasted = fit(lambda s: s.get("wasted_retain_calls"))
+        heap = fit(lambda s: s.get("heap_bytes"))
+        cuda = fit(lambda s: s.get("cuda_allocated"))
+        findings: list[dict] = []
+        reasons: list[str] = []
+        growth_bytes = max([v for v in (saved, peak) if v is not None] or [0.0])
         if wasted is not None and wasted >= cls.WASTED_RETAIN:
-            reasons.append(f"retained-but-unused graphs {wasted:+.1f}/step")
-        retained = None
-        if heap is not None or cuda is not None:
-            retained = (heap or 0.0) + (cuda or 0.0)
-        per_step = [v["seconds"] / k for k, v in sorted(samples.items()) if k]
+            reasons.append(f"retained graphs alive at the next forward, never reused {wasted:+.1f}/step")
+            findings.append(_finding("TGL102", last.get("wasted_stack"), round(wasted, 2), "graphs/step",
+                                     f"{wasted:.1f} retained graph/step alive at the next forward, never "
+                                     f"backpropagated again ({human_bytes(last.get('wasted_bytes', 0))} each)"))
+        if nodes_grow or saved_grow or peak_grow:
+            if nodes_grow:
+                reasons.append(f"graph nodes {nodes:+.2f}/step")
+            if saved_grow:
+                reasons.append(f"saved tensors {human_bytes(saved, True)}/step")
+            if peak_grow and not saved_grow:
+                reasons.append(f"peak saved tensors {human_bytes(peak, True)}/step")
+            what = (f"{nodes:+.1f} graph nodes/step" if nodes_grow else "") + \
+                   (", " if nodes_grow and (saved_grow or peak_grow) else "") + \
+                   (f"{human_bytes(growth_bytes, True)}/step saved tensors" if saved_grow or peak_grow else "")
+            if last.get("reused_retain_calls") and (nodes_grow or saved_grow):
+                findings.append(_finding("TGL102", last.get("retain_stack"), round(growth_bytes, 1), cls.unit,
+                                         f"graph carried across iterations and backpropagated again with "
+                                         f"retain_graph=True: {what}"))
+            else:
+                growing = []
+                held = {x: _all_holders(samples[x]) for x in xs}
+                for key in held[xs[-1]]:
+                    hs = slope([(x, held[x].get(key, {}).get("nodes", 0)) for x in xs])
+                    if hs is not None and hs >= cls.NODE_GROWTH and \
+                            held[xs[-1]][key]["nodes"] > held[xs[0]].get(key, {}).get("nodes", 0):
+                        growing.append((hs, key))
+                for hs, key in sorted(growing, reverse=True):
+                    path, _, _, name = holder_parts(key)
+                    lines = held[xs[-1]][key]["lines"]
+                    findings.append(_finding("TGL101", [[path, ln] for ln in lines], round(hs, 2), "nodes/step",
+                                             f"`{name}` keeps a growing graph: {hs:+.1f} graph nodes/step"))
+                if not growing:
+                    findings.append(_finding("TGL101", [], round(growth_bytes or (nodes or 0.0), 1), cls.unit,
+                                             f"graphs kept alive across steps: {what}"))
+        per_step = [samples[x].get("seconds", 0.0) / x for x in xs if x]
         details = {
-            "steps": [n, n2],
+            "steps": xs, "node_count": node_key,
             "nodes_per_step": nodes, "saved_bytes_per_step": saved, "peak_saved_bytes_per_step": peak,
-            "wasted_retain_per_step": wasted, "heap_bytes_per_step": heap,
-            "cuda_allocated_per_step": cuda,
+            "wasted_retain_per_step": wasted, "heap_bytes_per_step": heap, "cuda_allocated_per_step": cuda,
             "seconds_per_step": [round(x, 6) for x in per_step],
             "time_per_step_ratio": round(per_step[-1] / per_step[0], 2) if per_step and per_step[0] > 0 else None,
             "reasons": reasons,
             "runs": {str(k): v for k, v in samples.items()},
         }
         parts = []
-        if retained is not None:
-            parts.append(f"{human_bytes(retained, True)}/step")
+        if saved is not None:
+            parts.append(f"saved {human_bytes(saved, True)}/step")
         if nodes is not None:
             parts.append(f"{nodes:+.1f} nodes/step")
-        if saved is not None and abs(saved) >= 1:
-            parts.append(f"saved {human_bytes(saved, True)}/step")
-        if peak is not None and abs(peak) >= cls.SAVED_GROWTH and peak != saved:
+        if peak is not None and peak_grow and not saved_grow:
             parts.append(f"peak saved {human_bytes(peak, True)}/step")
         if wasted:
-            parts.append(f"unused retains {wasted:+.1f}/step")
+            parts.append(f"unused retained graphs {wasted:+.1f}/step")
+        ratio = details["time_per_step_ratio"]
+        if ratio is not None and (nodes_grow or saved_grow) and ratio >= 1.5:
+            parts.append(f"time/step x{ratio:.1f} from {xs[0]} to {xs[-1]} steps")
         display = ", ".join(parts) if parts else "no sample"
-        # headline: the largest byte growth seen (end-of-main heap, or saved tensors at their peak,
-        # which catches graphs kept alive inside helpers that have returned by the end of main)
-        candidates = [v for v in (retained, peak) if v is not None]
-        figure = max(candidates) if candidates else float(saved or 0.0)
-        return Measurement(cls.name, float(figure), cls.unit, display, cls.threshold, bool(reasons), details)
+        figure = float(growth_bytes) if (saved is not None or peak is not None) else 0.0
+        return Measurement(cls.name, figure, cls.unit, display, cls.threshold, bool(findings), details=details,
+                           findings=findings)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -687,93 +898,97 @@ class RetainedGraphProbe(Probe):
 # --------------------------------------------------------------------------------------------------
 
 
+def _deliberate_codes() -> set:
+    codes = set()
+    try:
+        from torch.optim.swa_utils import update_bn
+
+        codes.add(getattr(update_bn, "__wrapped__", update_bn).__code__)
+    except (ImportError, AttributeError):  # pragma: no cover
+        pass
+    return codes
+
+
 class ModuleModeProbe(Probe):
-    """Dropout / batch-norm modules running in training mode while grad mode is off.
+    """Dropout / batch-norm running in training mode while grad mode is off.
 
-    Global forward pre-hooks and hooks
-    (:func:`torch.nn.modules.module.register_module_forward_pre_hook` /
-    ``register_module_forward_hook``) see every module call. A call counts when the
-    module is a dropout with ``p > 0`` (``_DropoutNd``) or a normalization layer with
-    running statistics (``_NormBase`` with ``track_running_stats``), ``module.training``
-    is ``True`` and ``torch.is_grad_enabled()`` is ``False`` (no_grad or inference
-    mode). For batch norm the running statistics are compared before and after the call.
+    Seen at the functional level (:mod:`.instrument` wraps ``F.dropout`` and variants,
+    ``F.batch_norm`` and ``F.scaled_dot_product_attention``), so ``nn.Dropout``,
+    ``nn.BatchNorm*``, ``nn.MultiheadAttention``'s attention dropout, a functional
+    ``F.dropout(x, p, training=True)`` and SDPA with ``dropout_p > 0`` all count. A call
+    counts when grad mode is off (no_grad / inference_mode) and dropout is active
+    (``p > 0``, ``training=True``) or batch norm updates running statistics. Deliberate
+    uses are not counted: inside ``torch.optim.swa_utils.update_bn``, and when the
+    outermost module being called is in eval mode (Monte-Carlo dropout: dropout
+    switched on explicitly in an eval-mode model).
 
-    Figure: such calls (count) in the run at N. Threshold: defect when >= 1.
+    Attribution: the user's call stack of the module call. Figure: such calls (count)
+    in the run at N. Threshold: defect when >= 1.
     """
 
     name = "module-mode"
     unit = "calls"
-    threshold = ">= 1 dropout/batch-norm call in training mode while grad mode is off"
+    threshold = (">= 1 dropout/batch-norm call in training mode while grad mode is off (not in update_bn, not in a "
+                 "model in eval mode)")
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls = 0
-        self.dropout_calls = 0
-        self.norm_calls = 0
-        self.stats_changed = 0
-        self.modules: set[str] = set()
-        self._before: dict[int, list] = {}
+        self.sites: dict[str, dict] = {}
+        self.deliberate = 0
+        self._deliberate_codes = _deliberate_codes()
 
-    @staticmethod
-    def _kind(module: torch.nn.Module) -> Optional[str]:
-        from torch.nn.modules.batchnorm import _NormBase
-        from torch.nn.modules.dropout import _DropoutNd
-
-        if isinstance(module, _DropoutNd) and module.p > 0:
-            return "dropout"
-        if isinstance(module, _NormBase) and module.track_running_stats:
-            return "norm"
-        return None
-
-    def _pre(self, module: torch.nn.Module, args: Any) -> None:
-        if not module.training or torch.is_grad_enabled():
-            return None
-        kind = self._kind(module)
-        if kind is None:
-            return None
-        self.calls += 1
-        self.modules.add(type(module).__name__)
-        if kind == "dropout":
-            self.dropout_calls += 1
+    def on_mode_op(self, kind: str, details: dict) -> None:
+        if instrument.code_on_stack(self._deliberate_codes) is not None:
+            self.deliberate += 1
+            return
+        outer = instrument.outermost_module_call()
+        if outer is not None and not outer[0].training:
+            self.deliberate += 1
+            return
+        # attributed to the user's call of the outermost module (the model call under no_grad)
+        stack = [list(s) for s in instrument.user_stack(frame=outer[1].f_back if outer else None)]
+        rec = self.sites.setdefault(repr(stack), {"stack": stack, "calls": 0, "dropout_calls": 0, "norm_calls": 0,
+                                                  "running_stats_changed": 0,
+                                                  "modules": type(outer[0]).__name__ if outer else "functional"})
+        rec["calls"] += 1
+        if kind == "batch_norm":
+            rec["norm_calls"] += 1
+            rec["running_stats_changed"] += int(details.get("running_stats_changed", False))
         else:
-            self.norm_calls += 1
-            self._before[id(module)] = [b.detach().clone() for b in (module.running_mean, module.running_var)
-                                        if b is not None]
-        return None
-
-    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        before = self._before.pop(id(module), None)
-        if before is None:
-            return None
-        after = [b for b in (module.running_mean, module.running_var) if b is not None]
-        if any(not torch.equal(x, y) for x, y in zip(before, after)):
-            self.stats_changed += 1
-        return None
-
-    def _install(self, stack: ExitStack) -> None:
-        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-
-        stack.callback(register_module_forward_pre_hook(self._pre).remove)
-        stack.callback(register_module_forward_hook(self._post).remove)
+            rec["dropout_calls"] += 1
 
     def sample(self) -> dict:
-        """Counts of train-mode calls under no_grad, by kind, and batch-norm updates."""
-        return {"calls": self.calls, "dropout_calls": self.dropout_calls, "norm_calls": self.norm_calls,
-                "running_stats_changed": self.stats_changed, "modules": sorted(self.modules)}
+        """Per call site: train-mode calls under no_grad by kind, batch-norm updates; deliberate calls."""
+        sites = list(self.sites.values())
+        total = {k: sum(s[k] for s in sites) for k in ("calls", "dropout_calls", "norm_calls", "running_stats_changed")}
+        return {**total, "sites": sites, "deliberate_calls": self.deliberate}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
-        """Defect iff a run has >= 1 train-mode dropout/batch-norm call with grad mode off."""
+        """Defect iff a run has >= 1 counted call; one finding per call site."""
         s = samples[min(samples)]
         defect = any(v["calls"] >= 1 for v in samples.values())
+        findings = []
+        for site in s["sites"]:
+            text = f"{site['calls']} call(s) of dropout/batch norm in training mode under no_grad"
+            if site["norm_calls"]:
+                text += f" (running stats changed in {site['running_stats_changed']})"
+            findings.append(_finding("TGL201", site["stack"], float(site["calls"]), cls.unit, text))
         display = f"train-mode calls under no_grad: {s['calls']}"
         if s["norm_calls"]:
             display += f" (running stats changed in {s['running_stats_changed']})"
+        if s.get("deliberate_calls"):
+            display += f"; deliberate: {s['deliberate_calls']}"
         return Measurement(cls.name, float(s["calls"]), cls.unit, display, cls.threshold, defect,
-                           {"runs": {str(k): v for k, v in samples.items()}})
+                           findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 
 
 PROBES: dict[str, type[Probe]] = {p.name: p for p in
                                   (StaleGradientProbe, GradModeProbe, RetainedGraphProbe, ModuleModeProbe)}
+
+
+def install_autograd_wrappers() -> None:
+    """Install the process-wide wrappers (kept for callers of the earlier API; see :func:`.instrument.install`)."""
+    instrument.install()
 
 from . import probes_numerics  # noqa: E402,F401 - registers its probes in PROBES

@@ -1,16 +1,19 @@
 """One fixture, one probe, one device: ``python -m torchgradlint.harness.worker``.
 
-Imports the fixture file by path, then calls its ``main(device, steps)`` at N and 2N
-steps, each run seeded (``torch.manual_seed``, ``random.seed``) and observed by a
-fresh probe instance installed from outside. Prints one JSON line prefixed with
-:data:`RESULT_PREFIX` on stdout::
+Imports the fixture file by path, then calls its ``main(device, steps)`` at each step
+count of the probe's schedule (N, 2N; N, 2N, 4N for ``retained-graph``), each run
+seeded (``torch.manual_seed``, ``random.seed``) and observed by a fresh probe
+instance installed from outside. The result travels over a private channel, never
+stdout (which the fixture owns): the runner passes a pipe's write end as
+``--result-fd`` and a per-run nonce on standard input; the worker reads the nonce
+before the fixture is imported and writes one JSON object holding it::
 
-    {"probe": ..., "device": ..., "measurement": {...} | null, "error": str | null,
-     "torch": "2.13.0+cpu", "device_name": "...", "seconds": 1.23}
+    {"nonce": ..., "probe": ..., "device": ..., "measurement": {...} | null,
+     "error": str | null, "torch": "2.13.0+cpu", "device_name": "...", "seconds": 1.23}
 
 ``error`` is set when the fixture could not be imported or ``main`` raised an
-exception the probe does not treat as its measured defect. Exit status 0 when a
-JSON line was printed.
+exception the probe does not treat as its measured defect. Without ``--result-fd``
+the JSON is printed on stdout (for a person running one fixture by hand).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import random
 import sys
 import time
@@ -26,7 +30,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional, Sequence
 
-RESULT_PREFIX = "TGL-HARNESS-RESULT "
 
 
 def load_fixture(path: Path) -> ModuleType:
@@ -60,7 +63,7 @@ def run_once(main: Any, probe: Any, device: str, steps: int, seed: int) -> Optio
         if event == "return" and frame.f_code is code:
             probe.on_main_return(frame)
 
-    with probe.observe(device, steps):
+    with probe.observe(device):
         if probe.needs_frame and code is not None:
             sys.setprofile(profiler)
         try:
@@ -74,7 +77,7 @@ def run_once(main: Any, probe: Any, device: str, steps: int, seed: int) -> Optio
 
 
 def measure(path: Path, probe_name: str, device: str, steps: int, seed: int = 0) -> dict:
-    """Import the fixture, run it at ``steps`` and ``2 * steps`` under the named probe.
+    """Import the fixture, run it at ``steps`` times each multiple of the probe's schedule.
 
     Returns the JSON-able result described in the module docstring.
 
@@ -83,12 +86,13 @@ def measure(path: Path, probe_name: str, device: str, steps: int, seed: int = 0)
     """
     import torch
 
-    from .probes import PROBES, install_autograd_wrappers
+    from .instrument import install
+    from .probes import PROBES
     from .probes_structure import STRUCTURE_PROBES
 
     probe_cls = {**PROBES, **STRUCTURE_PROBES}[probe_name]
     start = time.perf_counter()
-    install_autograd_wrappers()
+    install()
     out: dict = {"probe": probe_name, "device": device, "measurement": None, "error": None,
                  "torch": torch.__version__, "device_name": device_name(device)}
     try:
@@ -98,7 +102,7 @@ def measure(path: Path, probe_name: str, device: str, steps: int, seed: int = 0)
         out["seconds"] = round(time.perf_counter() - start, 3)
         return out
     samples: dict[int, dict] = {}
-    for n in (steps, 2 * steps):
+    for n in (steps * m for m in probe_cls.schedule):
         probe = probe_cls()
         try:
             err = run_once(module.main, probe, device, n, seed)
@@ -131,10 +135,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--result-fd", type=int, default=None, help="write the result here (a pipe's write end)")
     args = parser.parse_args(argv)
+    channel = None
+    nonce = ""
+    if args.result_fd is not None:
+        nonce = sys.stdin.readline().strip()  # before the fixture runs: it never sees the nonce
+        channel = os.fdopen(args.result_fd, "w", encoding="utf-8")
+        os.set_inheritable(args.result_fd, False)
     result = measure(args.fixture.resolve(), args.probe, args.device, args.steps, args.seed)
-    sys.stdout.flush()
-    print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+    result["nonce"] = nonce
+    text = json.dumps(result, sort_keys=True)
+    if channel is None:
+        print(text, flush=True)
+    else:
+        channel.write(text)
+        channel.close()
     return 0
 
 

@@ -1,0 +1,413 @@
+"""``torchgradlint run``: the harness's probes on the user's own training (imports torch).
+
+``torchgradlint run train.py [args...]`` / ``torchgradlint run -m package.module [args...]``
+runs the script as ``python`` would (``runpy``, ``sys.argv`` set, ``__name__ ==
+"__main__"``) with the selected probes installed, then reports each measured defect as
+a :class:`~torchgradlint.diagnostics.Diagnostic` at the user's source line that caused
+it, in the output formats of ``check``. :func:`watch` does the same around a block of
+code or a function (notebooks, callbacks).
+
+Probes never change the program's results: they only read tensors (hooks return
+``None``, saved tensors are handed back unchanged, no gradient is copied).
+
+Exit status of ``run``: 0 no defect measured, 1 defects measured, 2 usage error or the
+script failed (its traceback is printed; defects measured before are still reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import runpy
+import sys
+import time
+import traceback
+from typing import Any, Callable, Optional, Sequence, TextIO
+
+import torch
+
+from ..diagnostics import Diagnostic
+from . import instrument
+from .probe_map import probes_for, rule_probes
+from .probes import PROBES, Measurement, Probe, RetainedGraphProbe
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+#: the rules ``run`` measures by default (the probes of the other rules report no source line yet)
+CORE_RULES = ["TGL001", "TGL002", "TGL101", "TGL102", "TGL201"]
+
+#: backward calls at which ``run`` samples graphs (4, 8, 16, ...): a few samples per run
+FIRST_CHECKPOINT = 4
+
+
+class Session:
+    """Probes installed around a stretch of the user's program.
+
+    ``probes``: probe names (default: all). Use as a context manager; then
+    :meth:`measurements` and :meth:`diagnostics`.
+
+    Raises:
+        KeyError: an unknown probe name.
+    """
+
+    def __init__(self, probes: Optional[Sequence[str]] = None) -> None:
+        names = list(probes) if probes else probes_for(CORE_RULES)
+        unknown = [n for n in names if n not in PROBES]
+        if unknown:
+            raise KeyError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(sorted(PROBES))}")
+        self.probes: dict[str, Probe] = {}
+        for name in names:
+            self.probes[name] = RetainedGraphProbe(full_scan=False) if name == RetainedGraphProbe.name \
+                else PROBES[name]()
+        self.samples: dict[int, dict] = {}
+        self.backward_calls = 0
+        self.device = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+        self.claimed: Optional[BaseException] = None
+        self._next = FIRST_CHECKPOINT
+        self._stack: Optional[contextlib.ExitStack] = None
+        self._t0 = 0.0
+
+    # lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> "Session":
+        instrument.install()
+        self._stack = contextlib.ExitStack()
+        for probe in self.probes.values():
+            self._stack.enter_context(probe.observe(self.device))
+        instrument.LISTENERS.append(self)
+        self._stack.callback(instrument.LISTENERS.remove, self)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            for probe in self.probes.values():
+                if probe.on_exception(exc):
+                    self.claimed = exc
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    # checkpoints ---------------------------------------------------------------------------------
+    def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
+        self.backward_calls += 1
+        if self.backward_calls >= self._next:
+            self._next *= 2
+            self.checkpoint(instrument.user_frames(frame=sys._getframe(1)))
+
+    def checkpoint(self, frames: Sequence[Any]) -> None:
+        """Sample the retained-graph probe now, keyed by the backward calls so far."""
+        probe = self.probes.get(RetainedGraphProbe.name)
+        if not isinstance(probe, RetainedGraphProbe):
+            return
+        sample = probe.checkpoint(frames)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # the program uses the GPU
+            torch.cuda.synchronize()
+            sample["cuda_allocated"] = int(torch.cuda.memory_allocated())
+            sample["cuda_max_allocated"] = int(torch.cuda.max_memory_allocated())
+        sample["seconds"] = round(time.perf_counter() - self._t0, 4)
+        self.samples[self.backward_calls] = sample
+
+    # results -------------------------------------------------------------------------------------
+    def measurements(self) -> list[Measurement]:
+        """Each probe's measurement; the retained-graph probe's needs >= 3 checkpoints (16 backward calls)."""
+        out = []
+        for name, probe in self.probes.items():
+            if isinstance(probe, RetainedGraphProbe):
+                if len(self.samples) < 3:
+                    continue
+                out.append(probe.decide(self.samples))
+            else:
+                out.append(type(probe).decide({1: probe.sample()}))
+        return out
+
+    def notes(self) -> list[str]:
+        """What could not be measured, for the user."""
+        if RetainedGraphProbe.name in self.probes and len(self.samples) < 3:
+            return [f"retained-graph: {self.backward_calls} backward call(s); growth needs 3 checkpoints "
+                    f"(at least {FIRST_CHECKPOINT * 4} backward calls): TGL101/TGL102 not measured"]
+        return []
+
+    def diagnostics(self, confirm: bool = True) -> list[Diagnostic]:
+        """One diagnostic per measured finding, at the user's line; ``confirm`` compares with ``check``."""
+        findings = [f for m in self.measurements() for f in m.findings]
+        static = _static_findings({p for f in findings for p, _ in f["stack"]}) if confirm else None
+        return sorted((to_diagnostic(f, static) for f in findings), key=lambda d: d.sort_key)
+
+
+def _static_findings(paths: set) -> dict[str, set]:
+    """``{path: {(code, line), ...}}`` from the static linter on each file (unreadable files: empty)."""
+    from ..engine import lint_file
+    from ..registry import all_rules
+
+    out: dict[str, set] = {}
+    rules = all_rules()
+    for path in sorted(paths):
+        if not os.path.isfile(path):
+            continue
+        out[path] = {(d.code, d.line) for d in lint_file(path, rules).diagnostics}
+    return out
+
+
+def _installed(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return "site-packages" in parts or "dist-packages" in parts
+
+
+def _display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # pragma: no cover - another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _span(path: str, line: int) -> tuple[int, int]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for i, text in enumerate(fh, start=1):
+                if i == line:
+                    text = text.rstrip("\n")
+                    return len(text) - len(text.lstrip()) + 1, len(text.rstrip()) + 1
+    except OSError:
+        pass
+    return 1, 1
+
+
+def to_diagnostic(finding: dict, static: Optional[dict[str, set]]) -> Diagnostic:
+    """A measured finding as a diagnostic at the line that caused it.
+
+    The line is the innermost user frame of the finding's stack, or the frame the static
+    linter flags with the same code (then the message says the static finding was confirmed).
+    """
+    code = finding["code"]
+    stack = [(p, int(line)) for p, line in finding["stack"]]
+    from ..registry import get_rule
+
+    name = get_rule(code).name
+    confirmed = None
+    if static is not None:
+        confirmed = next(((p, line) for p, line in stack if (code, line) in static.get(p, set())), None)
+    if confirmed:
+        path, line = confirmed
+        note = "confirms the static finding"
+    elif stack:
+        # the first frame outside installed packages (a library's frame is rarely the line to fix)
+        path, line = next(((p, ln) for p, ln in stack if not _installed(p)), stack[0])
+        note = "not reported by `torchgradlint check`" if static is not None else ""
+    else:
+        path, line = (sys.argv[0] if sys.argv and sys.argv[0] else "<run>"), 1
+        note = "no line attributed"
+    col, end_col = _span(path, line)
+    message = f"{name}: measured at run time: {finding['display']}" + (f" ({note})" if note else "")
+    return Diagnostic(code, message, _display_path(path), line, col, line, end_col)
+
+
+def render(diagnostics: Sequence[Diagnostic], fmt: str) -> str:
+    """Render with a ``check`` output format (concise, full, json, json-lines, github, sarif, junit).
+
+    Raises:
+        KeyError: unknown format.
+    """
+    from ..cli import _read_sources
+    from ..output import RenderContext, renderer
+
+    ctx = RenderContext()
+    paths = sorted({d.path for d in diagnostics})
+    _read_sources(ctx, set(paths))
+    ctx.paths = paths
+    ctx.files_checked = len(paths)
+    return renderer(fmt)(list(diagnostics), ctx)
+
+
+# --------------------------------------------------------------------------------------------------
+# watch(): a context manager / decorator
+# --------------------------------------------------------------------------------------------------
+
+
+class watch(contextlib.ContextDecorator):  # noqa: N801 - used like a function: torchgradlint.watch()
+    """Measure the probes' defects in a block or function: ``with torchgradlint.watch(): ...``.
+
+    ``probes``: probe names or rule codes (default: all); ``output_format``: a ``check``
+    output format; ``stream``: where the report is written at the end (default
+    ``sys.stderr``; ``None`` with ``report=False`` writes nothing). After the block,
+    :attr:`diagnostics` holds the measured findings. Exceptions raised in the block
+    propagate unchanged.
+    """
+
+    def __init__(self, probes: Optional[Sequence[str]] = None, *, output_format: str = "concise",
+                 stream: Optional[TextIO] = None, report: bool = True, confirm: bool = True) -> None:
+        self.probe_names = resolve_probes(probes)
+        self.output_format = output_format
+        self.stream = stream
+        self.report = report
+        self.confirm = confirm
+        self.session: Optional[Session] = None
+        self.diagnostics: list[Diagnostic] = []
+
+    def _recreate_cm(self) -> "watch":
+        return watch(self.probe_names, output_format=self.output_format, stream=self.stream, report=self.report,
+                     confirm=self.confirm)
+
+    def __enter__(self) -> "watch":
+        self.session = Session(self.probe_names).__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        assert self.session is not None
+        self.session.checkpoint(instrument.user_frames(frame=sys._getframe(1)))
+        self.session.__exit__(exc_type, exc, tb)
+        self.diagnostics = self.session.diagnostics(self.confirm)
+        if self.report:
+            out = self.stream or sys.stderr
+            out.write(render(self.diagnostics, self.output_format))
+            for note in self.session.notes():
+                print(f"torchgradlint: note: {note}", file=out)
+        return False
+
+
+def resolve_probes(selectors: Optional[Sequence[str]]) -> list[str]:
+    """Probe names from probe names or rule codes (``["TGL001", "module-mode"]``); default: the core rules' probes.
+
+    Raises:
+        ValueError: an unknown name or code.
+    """
+    if not selectors:
+        return probes_for(CORE_RULES)
+    out: list[str] = []
+    for sel in selectors:
+        name = rule_probes().get(sel.upper(), sel)
+        if name not in PROBES:
+            raise ValueError(f"unknown probe or rule {sel!r}; probes: {', '.join(sorted(PROBES))}; "
+                             f"rules: {', '.join(sorted(rule_probes()))}")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the command
+# --------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``torchgradlint run`` (the script and its arguments are split off first)."""
+    from ..output import FORMAT_NAMES
+
+    p = argparse.ArgumentParser(
+        prog="torchgradlint run", usage="torchgradlint run [OPTIONS] (SCRIPT | -m MODULE) [ARGS ...]",
+        description="Run a training script under the runtime probes and report measured autograd defects "
+                    "with the codes and output formats of 'check'.")
+    p.add_argument("--probes", metavar="LIST", default=None,
+                   help="comma-separated probes or rule codes (default: all): " + ", ".join(sorted(PROBES)))
+    p.add_argument("--output-format", choices=sorted(FORMAT_NAMES), default="concise")
+    p.add_argument("--output", metavar="FILE", default=None, help="write the report here instead of stdout")
+    p.add_argument("--no-confirm", action="store_true", help="do not run the static check on the reported files")
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 even when defects are measured")
+    return p
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], Optional[str], Optional[str], list[str]]:
+    """``(our options, script, module, script args)``: options end at ``-m MODULE`` or the first non-option."""
+    ours: list[str] = []
+    i = 0
+    takes_value = {"--probes", "--output-format", "--output"}
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m":
+            if i + 1 >= len(argv):
+                return ours + [a], None, None, []
+            return ours, None, argv[i + 1], list(argv[i + 2:])
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-") or a == "-":
+            break
+        ours.append(a)
+        if a in takes_value and i + 1 < len(argv):
+            ours.append(argv[i + 1])
+            i += 1
+        i += 1
+    if i < len(argv):
+        return ours, argv[i], None, list(argv[i + 1:])
+    return ours, None, None, []
+
+
+def _run_program(script: Optional[str], module: Optional[str], args: list[str]) -> Callable[[], Any]:
+    def go() -> Any:
+        if module is not None:
+            sys.argv = [module, *args]
+            return runpy.run_module(module, run_name="__main__", alter_sys=True)
+        assert script is not None
+        sys.argv = [script, *args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        return runpy.run_path(script, run_name="__main__")
+
+    return go
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``torchgradlint run``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours, script, module, script_args = split_argv(argv)
+    parser = build_parser()
+    try:
+        opts = parser.parse_args(ours)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if script is None and module is None:
+        print("torchgradlint run: error: name a script or -m MODULE", file=sys.stderr)
+        return EXIT_ERROR
+    if script is not None and not os.path.isfile(script):
+        print(f"torchgradlint run: error: {script}: no such file", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        names = resolve_probes([s.strip() for s in opts.probes.split(",") if s.strip()] if opts.probes else None)
+    except ValueError as exc:
+        print(f"torchgradlint run: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    failed = False
+    session = Session(names)
+    try:
+        with session:
+            _run_program(script, module, script_args)()
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            print(f"torchgradlint run: the program exited with status {exc.code}", file=sys.stderr)
+            failed = True
+    except ImportError as exc:
+        if module is not None and getattr(exc, "name", None) == module.split(".")[0]:
+            print(f"torchgradlint run: error: no module named {module!r}", file=sys.stderr)
+            return EXIT_ERROR
+        traceback.print_exc()
+        failed = True
+    except BaseException as exc:  # noqa: BLE001 - the user's program failed: report it like python
+        if isinstance(exc, KeyboardInterrupt):
+            print("torchgradlint run: interrupted", file=sys.stderr)
+        else:
+            traceback.print_exc()
+        failed = session.claimed is not exc
+    finally:
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+    sys.stdout.flush()
+    diagnostics = session.diagnostics(confirm=not opts.no_confirm)
+    text = render(diagnostics, opts.output_format)
+    if opts.output:
+        with open(opts.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    for note in session.notes():
+        print(f"torchgradlint run: note: {note}", file=sys.stderr)
+    n = len(diagnostics)
+    print(f"torchgradlint run: {n} defect{'s' if n != 1 else ''} measured "
+          f"(probes: {', '.join(names)}; {session.backward_calls} backward calls).", file=sys.stderr)
+    if diagnostics and not opts.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_ERROR if failed else EXIT_CLEAN
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""``torchgradlint run`` and ``torchgradlint.watch()`` on user-style scripts.
+
+Each script under tests/harness_programs/user_scripts/ marks the line where its defect
+must be measured with ``# measured: CODE``; ``healthy.py`` must measure nothing.
+"""
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchgradlint.harness.run import main as run_main, resolve_probes, split_argv, watch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "harness_programs" / "user_scripts"
+MARK = re.compile(r"#\s*measured:\s*(TGL\d{3})")
+
+
+def marked(script: Path) -> set:
+    return {(m.group(1), i) for i, line in enumerate(script.read_text().splitlines(), 1) if (m := MARK.search(line))}
+
+
+def cli(*args: str, cwd: Path = SCRIPTS) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchgradlint", "run", *args], capture_output=True, text=True,
+                          timeout=180, cwd=cwd)
+
+
+CORE = ["tgl001_dataloader.py", "tgl002_no_grad_step.py", "tgl101_running_total.py", "tgl102_retain.py",
+        "tgl201_validate.py"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", CORE)
+def test_run_measures_core_defect_at_its_line(script):
+    proc = cli("--output-format", "json", script)
+    assert proc.returncode == 1, proc.stderr
+    found = {(d["code"], d["location"]["row"]) for d in json.loads(proc.stdout[proc.stdout.index("["):])}
+    assert found == marked(SCRIPTS / script), proc.stdout
+    for d in json.loads(proc.stdout[proc.stdout.index("["):]):
+        assert "measured at run time" in d["message"]
+        assert "confirms the static finding" in d["message"]
+
+
+FORMAT_LINES = {
+    "concise": lambda text, name: {(m.group(2), int(m.group(1))) for m in
+                                   re.finditer(rf"^{re.escape(name)}:(\d+):\d+: (TGL\d{{3}}) ", text, re.M)},
+    "github": lambda text, name: {(m.group(2), int(m.group(1))) for m in
+                                  re.finditer(rf"^::\w+ file={re.escape(name)},line=(\d+),.*?title=(TGL\d{{3}})", text, re.M)},
+    "json": lambda text, name: {(d["code"], d["location"]["row"]) for d in json.loads(text)
+                                if d["filename"] == name},
+    "sarif": lambda text, name: {(r["ruleId"], r["locations"][0]["physicalLocation"]["region"]["startLine"])
+                                 for r in json.loads(text)["runs"][0]["results"]
+                                 if r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith(name)},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", CORE)
+def test_run_core_defects_in_every_output_format(script, monkeypatch, tmp_path, capsys):
+    """In-process (no torch import per run): each format names the defect's code at its line."""
+    monkeypatch.chdir(SCRIPTS)
+    for fmt, parse in FORMAT_LINES.items():
+        out = tmp_path / f"report.{fmt}"
+        assert run_main(["--output-format", fmt, "--output", str(out), script]) == 1
+        assert parse(out.read_text(), script) == marked(SCRIPTS / script), (fmt, out.read_text())
+    capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_run_healthy_script_reports_nothing():
+    proc = cli("healthy.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 defects measured" in proc.stderr
+    assert "TGL" not in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt, pattern", [
+    ("concise", r"^tgl201_validate\.py:16:\d+: TGL201 no-grad-without-eval: measured at run time"),
+    ("github", r"^::error file=tgl201_validate\.py,line=16,|^::warning file=tgl201_validate\.py,line=16,"),
+])
+def test_run_text_formats(fmt, pattern):
+    proc = cli("--output-format", fmt, "--probes", "module-mode", "tgl201_validate.py")
+    assert proc.returncode == 1, proc.stderr
+    assert re.search(pattern, proc.stdout, re.M), proc.stdout
+
+
+@pytest.mark.slow
+def test_run_sarif_to_file(tmp_path):
+    out = tmp_path / "run.sarif"
+    proc = cli("--output-format", "sarif", "--output", str(out), "--probes", "TGL201", "tgl201_validate.py")
+    assert proc.returncode == 1, proc.stderr
+    sarif = json.loads(out.read_text())
+    (result,) = sarif["runs"][0]["results"]
+    assert result["ruleId"] == "TGL201"
+    loc = result["locations"][0]["physicalLocation"]
+    assert loc["region"]["startLine"] == 16 and loc["artifactLocation"]["uri"].endswith("tgl201_validate.py")
+    assert "epoch 2: accuracy" in proc.stdout  # the script's own output is untouched
+
+
+@pytest.mark.slow
+def test_run_module_and_script_arguments(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text((SCRIPTS / "tgl101_running_total.py").read_text().replace(
+        'print("mean loss", float(train_epoch(40)))',
+        'import sys\nprint("args", sys.argv[1:])\nprint("mean loss", float(train_epoch(int(sys.argv[1]))))'))
+    proc = cli("--probes", "retained-graph", "-m", "mypkg.train", "40", "--flag", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "args ['40', '--flag']" in proc.stdout
+    assert re.search(r"mypkg/train\.py:17:\d+: TGL101", proc.stdout), proc.stdout
+
+
+@pytest.mark.slow
+def test_run_never_changes_results(tmp_path):
+    """Outputs, gradients and parameters are bitwise identical with and without ``run`` (all probes)."""
+    plain, probed = tmp_path / "plain.pt", tmp_path / "probed.pt"
+    script = str(SCRIPTS / "seeded_training.py")
+    subprocess.run([sys.executable, script, str(plain)], check=True, timeout=180, capture_output=True)
+    proc = cli(script, str(probed))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    a, b = torch.load(plain), torch.load(probed)
+
+    def flat(obj):
+        if isinstance(obj, torch.Tensor):
+            yield obj
+        elif isinstance(obj, dict):
+            for k in sorted(obj):
+                yield from flat(obj[k])
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                yield from flat(v)
+
+    ta, tb = list(flat(a)), list(flat(b))
+    assert len(ta) == len(tb) > 50
+    for x, y in zip(ta, tb):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
+
+
+def test_watch_context_manager_and_decorator():
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    stream = io.StringIO()
+    with watch(["TGL001"], stream=stream) as w:
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    (d,) = w.diagnostics
+    assert d.code == "TGL001" and d.path.endswith("test_run.py") and "stale-gradient steps 2/3" in d.message
+    assert "TGL001" in stream.getvalue()
+
+    @watch(["module-mode"], report=False)
+    def evaluate():
+        net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+        with torch.no_grad():
+            net(torch.randn(2, 4))
+
+    evaluate()  # runs, reports nothing (report=False), and each call gets a fresh session
+    evaluate()
+
+
+def test_import_torchgradlint_does_not_import_torch():
+    code = "import sys, torchgradlint; assert callable(torchgradlint.watch); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_argument_splitting_and_errors(capsys):
+    assert split_argv(["--probes", "TGL001", "train.py", "--lr", "1"]) == (["--probes", "TGL001"], "train.py", None,
+                                                                          ["--lr", "1"])
+    assert split_argv(["-m", "pkg.mod", "-x"]) == ([], None, "pkg.mod", ["-x"])
+    assert resolve_probes(["TGL101", "TGL102", "module-mode"]) == ["retained-graph", "module-mode"]
+    with pytest.raises(ValueError):
+        resolve_probes(["TGL999"])
+    assert run_main([]) == 2
+    assert run_main(["missing_script.py"]) == 2
+    assert run_main(["--probes", "nope", str(SCRIPTS / "healthy.py")]) == 2
+    err = capsys.readouterr().err
+    assert "name a script" in err and "no such file" in err and "unknown probe" in err
+
+
+def test_checkpoint_reads_cuda_memory_after_synchronize_when_the_program_uses_the_gpu(monkeypatch):
+    """The CUDA branch on a machine without a GPU: torch.cuda's functions replaced by recorders."""
+    from torchgradlint.harness.run import Session
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: calls.append("allocated") or 123)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: calls.append("max") or 456)
+    session = Session(["retained-graph"])
+    session.checkpoint([])
+    assert calls == ["synchronize", "allocated", "max"]
+    assert session.samples[0]["cuda_allocated"] == 123 and session.samples[0]["cuda_max_allocated"] == 456
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the program may have initialised CUDA")
+def test_checkpoint_without_gpu_reads_no_cuda_memory():
+    from torchgradlint.harness.run import Session
+
+    session = Session(["retained-graph"])
+    session.checkpoint([])
+    assert "cuda_allocated" not in session.samples[0]
