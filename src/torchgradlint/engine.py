@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
-import io
 import tokenize
 from typing import Iterator, Optional, Sequence
 
@@ -16,6 +15,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .analysis import build_model
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file
+from .lines import bytes_readline
 from .noqa import NoqaFilter
 from .prefilter import candidate_rules
 from .registry import Rule
@@ -88,7 +88,7 @@ def decode_source(data: bytes) -> str:
         UnicodeDecodeError: the bytes are not valid in the declared encoding.
         SyntaxError: the encoding cookie names an unknown codec.
     """
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    encoding, _ = tokenize.detect_encoding(bytes_readline(data))
     text = data.decode(encoding)
     if text.startswith("\ufeff"):
         text = text[1:]

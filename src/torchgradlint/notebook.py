@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic
 from .engine import LintResult, lint_source
+from .lines import split_lines
 from .registry import Rule
 
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -80,7 +81,7 @@ def code_cells(nb: dict[str, Any]) -> list[str]:
 
 
 def _python_lines(cell: str) -> list[str]:
-    lines = cell.splitlines()
+    lines = split_lines(cell)
     if lines and lines[0].lstrip().startswith("%%"):
         return [""] * len(lines)
     out = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..diagnostics import Diagnostic
+from ..lines import split_lines
 from .concise import format_line
 
 
@@ -18,7 +19,7 @@ def _lines(d: Diagnostic, ctx, cache: dict) -> list[str]:
     if d.cell is None:
         key = d.path
         if key not in cache:
-            cache[key] = source.splitlines()
+            cache[key] = split_lines(source)
         return cache[key]
     key = (d.path, d.cell)
     if key not in cache:
@@ -26,7 +27,7 @@ def _lines(d: Diagnostic, ctx, cache: dict) -> list[str]:
 
         try:
             cells = code_cells(load_notebook(source))
-            cache[key] = cells[d.cell - 1].splitlines() if 0 < d.cell <= len(cells) else []
+            cache[key] = split_lines(cells[d.cell - 1]) if 0 < d.cell <= len(cells) else []
         except NotebookError:
             cache[key] = []
     return cache[key]
