@@ -96,7 +96,7 @@ def test_full_output_shows_the_reported_line():
     diags = lint_source(source, "t.py", all_rules()).diagnostics
     ctx = RenderContext(sources={"t.py": source})
     text = renderer("full")(diags, ctx)
-    assert "   12 |     losses.append(loss)\n" in text
+    assert "\n12 |     losses.append(loss)\n   |     ^^^^^^^^^^^^^^^^^^^ loss-kept-with-graph\n" in text
 
 
 def test_line_separator_inside_a_notebook_string_is_not_a_parse_error(tmp_path):

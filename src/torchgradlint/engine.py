@@ -179,7 +179,7 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
             fix = Fix((orng.start.line, orng.start.column + 1), (orng.end.line, orng.end.column + 1),
                       module.code_for_node(new), finding.fix_safe)
         d = Diagnostic(rule_cls.code, finding.message, path, rng.start.line, rng.start.column + 1,
-                       rng.end.line, rng.end.column + 1, fix)
+                       rng.end.line, rng.end.column + 1, fix, detail=finding.detail or None)
         diags.setdefault((d.code, d.line, d.col), d)
     out = sorted(diags.values(), key=lambda d: d.sort_key)
     if apply_noqa:

@@ -10,7 +10,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
-from .diagnostics import Diagnostic, read_file
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic, read_file
 from .registry import Rule, get_rule
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,9 +44,18 @@ def _lint_one(args: tuple) -> tuple[list[Diagnostic], bool, Optional[str]]:
     rules = [get_rule(c) for c in codes]
     try:
         result = lint_file(path, rules) if data is None else lint_data(data, path, rules)
-    except Exception:  # a bug in a rule: report it for this file, keep going
-        return [], False, f"{path}: internal error while linting (please report):\n{traceback.format_exc()}"
+    except Exception as exc:  # a bug in a rule: report it for this file, keep going
+        return ([internal_error(path, exc)], False,
+                f"{path}: internal error while linting (please report):\n{traceback.format_exc()}")
     return result.diagnostics, result.parsed, None
+
+
+def internal_error(path: str, exc: BaseException) -> Diagnostic:
+    """The ``TGL000`` diagnostic of a file whose linting crashed (a bug in
+    torchgradlint: the traceback goes to standard error, the run exits 2)."""
+    reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return Diagnostic(PARSE_ERROR_CODE, f"internal error, so the file was not linted (please report): {reason}",
+                      path, 1, 1, 1, 1)
 
 
 def default_jobs() -> int:

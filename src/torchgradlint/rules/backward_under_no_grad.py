@@ -95,7 +95,7 @@ with torch.no_grad():
             else:
                 target = f"`{target}`"
             if region is not None:
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"{target} was computed under {_region_text(model, region)}, so it has no `grad_fn` and "
                     "backward raises \"element 0 of tensors does not require grad\"; compute the forward pass "
                     "with grad enabled"))
@@ -103,7 +103,7 @@ with torch.no_grad():
             if is_true(b.create_graph) and model.grad_mode(call) is GradMode.DISABLED:
                 user = self._disabled_user(model, call)
                 if user is not None:
-                    yield Finding(call.node, (
+                    yield Finding.from_text(call.node, (
                         "`create_graph=True` under a grad-disabled region, and the gradients are used in that "
                         "region, so the penalty built from them has no graph and contributes no gradient; "
                         "compute the gradients and the penalty outside `no_grad` (or inside "

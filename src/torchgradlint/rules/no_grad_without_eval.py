@@ -107,7 +107,7 @@ for epoch in range(epochs):
                 continue  # a hand-written update_bn pass: training mode on purpose
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
-            yield Finding(call.node, (
+            yield Finding.from_text(call.node, (
                 f"`{text}` runs under `{api}` but may still be in training mode (trained or `.train()`-ed "
                 f"before, with no `.eval()` in between): dropout stays active and batch-norm running "
                 f"statistics are overwritten by evaluation data; call `{text}.eval()` before evaluating "

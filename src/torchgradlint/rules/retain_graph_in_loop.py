@@ -119,7 +119,7 @@ for x, y in chunks:
                        "alive although the next iteration rebuilds it, so the saved tensors of every "
                        "iteration stay in memory until the next forward pass replaces them; drop "
                        "`retain_graph=True`")
-            yield Finding(call.node, msg)
+            yield Finding.from_text(call.node, msg)
 
 
 def _describe(model: FileModel, target: "cst.BaseExpression | None") -> str:
