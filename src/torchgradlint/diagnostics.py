@@ -100,8 +100,9 @@ def split_message(text: str) -> tuple[str, str]:
     """``(message, detail)``: a finding's long text cut after its first clause.
 
     The cut falls at the first ``", "``, ``": "``, ``"; "``, ``" although "``
-    or ``" ("`` outside backticks and parentheses; the detail starts with a
-    capital letter and ends with a full stop. A text without such a place is
+    or ``" ("`` outside backticks and parentheses (a parenthesis that starts
+    the detail loses its brackets); the detail starts with a capital letter
+    and ends with a full stop. A text without such a place is
     all message, with an empty detail.
     """
     depth, code = 0, False
@@ -110,7 +111,8 @@ def split_message(text: str) -> tuple[str, str]:
             code = not code
         elif not code and ch == "(":
             if depth == 0 and text.startswith(" (", i - 1):
-                return _cut(text, i - 1, 1)
+                close = _closing(text, i)
+                return _cut(text[:close] + text[close + 1:] if close > 0 else text, i - 1, 2)
             depth += 1
         elif not code and ch == ")":
             depth = max(0, depth - 1)
@@ -119,6 +121,19 @@ def split_message(text: str) -> tuple[str, str]:
                 if text.startswith(end, i):
                     return _cut(text, i, len(end))
     return text, ""
+
+
+def _closing(text: str, at: int) -> int:
+    """Index of the ``)`` that closes the ``(`` at ``at`` (outside backticks), or -1."""
+    depth, code = 0, False
+    for j in range(at, len(text)):
+        if text[j] == "`":
+            code = not code
+        elif not code and text[j] in "()":
+            depth += 1 if text[j] == "(" else -1
+            if depth == 0:
+                return j
+    return -1
 
 
 def _cut(text: str, at: int, skip: int) -> tuple[str, str]:
