@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import ROOT
+from conftest import FIXTURES, ROOT
 from torchgradlint import config
 from torchgradlint.cli import main
 from snippets import MISSING_ZERO_GRAD
@@ -34,3 +34,18 @@ def test_config_example_is_accepted(tmp_path, monkeypatch, capsys, path, n, bloc
     err = capsys.readouterr().err
     assert code in (0, 1), err
     assert "error" not in err
+
+
+def test_readme_fixture_count_is_the_real_one():
+    from torchgradlint.fixture_spec import load_fixtures
+
+    m = re.search(r"Current result: (\d+)/(\d+) fixtures agree on CPU", (ROOT / "README.md").read_text())
+    assert m, "README.md must state the harness result"
+    n = len(load_fixtures(FIXTURES))
+    assert (int(m.group(1)), int(m.group(2))) == (n, n), f"README.md: write 'Current result: {n}/{n} fixtures'"
+
+
+def test_readme_names_the_cpu_wheel_index():
+    text = (ROOT / "README.md").read_text()
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    assert 'python -m pytest -q -m "not slow"' in text

@@ -77,6 +77,7 @@ def test_noqa_is_read_from_the_reported_line(char):
     assert [d.code for d in lint_source(shifted, "t.py", all_rules()).diagnostics] == ["TGL101"]
 
 
+@pytest.mark.slow
 def test_cli_and_flake8_agree_on_noqa(tmp_path):
     target = tmp_path / "train.py"
     target.write_text(train(c1="a\x1cb", c2="\u2028", tail="  # noqa: TGL101"), newline="")
@@ -130,6 +131,7 @@ def encoded(text, encoding, cookie, newline):
     return (cookie + text).replace("\n", newline).encode(encoding)
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(c1=filler, s1=filler, c2=filler, c3=filler, newline=st.sampled_from(["\n", "\r\n", "\r"]),
        enc=st.sampled_from(ENCODINGS), accent=st.sampled_from(["", "é", "€ ü"]))
