@@ -101,13 +101,13 @@ def test_full_output_shows_the_reported_line():
 
 
 def test_line_separator_inside_a_notebook_string_is_not_a_parse_error(tmp_path):
-    cell = ["import torch\n", "title = \"loss\u2028curve\"\n", "x = torch.zeros(2)\n"]
+    cell = split_lines(train(s1="loss\u2028curve"), keepends=True)
     nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
                      "source": cell}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "nb.ipynb"
     path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     out = cli(str(path))
-    assert "TGL000" not in out.stdout and out.returncode == 0, out.stdout
+    assert out.returncode == 1 and out.stdout.startswith(f"{path}:cell 1:12:5: TGL101 "), out.stdout
 
 
 def test_fixture_expectations_count_lines_as_python_does(tmp_path):

@@ -26,9 +26,10 @@ def _hook_repo(tmp_path):
     (pre-commit clones hook repositories, so it sees only committed files)."""
     repo = tmp_path / "hook-repo"
     repo.mkdir()
-    for name in ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml"):
+    for name in ("pyproject.toml", "setup.py", "README.md", ".pre-commit-hooks.yaml"):
         shutil.copy(ROOT / name, repo / name)
-    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("src", "fixtures"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "hook")

@@ -29,7 +29,13 @@ def installed(tmp_path_factory):
     """``(python, torchgradlint script, site-packages)`` of a venv holding only the built wheel."""
     base = tmp_path_factory.mktemp("wheel")
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
-    _sh(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", *isolation, "-w", base / "dist", cwd=ROOT)
+    tree = base / "tree"  # the files a build needs, copied: the build leaves nothing in the checkout
+    tree.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    for name in ("src", "fixtures"):
+        shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    _sh(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", *isolation, "-w", base / "dist", cwd=tree)
     (wheel,) = (base / "dist").glob("torchgradlint-*.whl")
     venv = base / "venv"
     _sh(sys.executable, "-m", "venv", "--without-pip", venv)
