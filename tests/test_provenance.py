@@ -46,8 +46,8 @@ def probe(src: str, fn: str = "probe"):
     ("model(x).data", State.DETACHED),
     ("torch.zeros(3)", State.DETACHED),
     ("torch.zeros(3, requires_grad=True)", State.ATTACHED),
-    ("model(x).argmax(1)", State.UNKNOWN),
-    ("torch.argmax(model(x), 1)", State.UNKNOWN),
+    ("model(x).argmax(1)", State.DETACHED),
+    ("torch.argmax(model(x), 1)", State.DETACHED),
     ("helper(x)", State.UNKNOWN),
     ("(model(x) == y).sum()", State.DETACHED),
 ])
@@ -74,13 +74,25 @@ def test_names_are_followed_through_bindings():
     assert provenance(m, arg, call).sources  # the net(x) call
 
 
-def test_ambiguous_binding_is_unknown():
+def test_attached_on_one_branch_may_hold_a_graph():
     m, call, arg = probe("""
         import torch
         if cond:
             loss = model(x).sum()
         else:
             loss = model(x).sum().item()
+        probe(loss)
+        """)
+    assert provenance(m, arg, call).state is State.ATTACHED
+
+
+def test_unknown_on_one_branch_is_unknown():
+    m, call, arg = probe("""
+        import torch
+        if cond:
+            loss = model(x).sum()
+        else:
+            loss = helper(x)
         probe(loss)
         """)
     assert provenance(m, arg, call).state is State.UNKNOWN

@@ -12,7 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from . import grad_mode
-from .model import Assign, Call, ClassInfo, FileModel, Loop, Region, Scope, Target
+from .model import Assign, Call, ClassInfo, FileModel, Loop, Region, Return, Scope, Target
 from .names import dotted_name
 from .tree import iter_children, node_types
 
@@ -203,8 +203,8 @@ class _Builder:
         self.pending_scope[id(node.body)] = scope
 
     def v_ClassDef(self, node: cst.ClassDef) -> None:
-        bases = [self.m.qualname(b.value) or "" for b in node.bases if b.keyword is None]
-        info = ClassInfo(node, node.name.value, bases)
+        texts = [dotted_name(b.value) or "" for b in node.bases if b.keyword is None]
+        info = ClassInfo(node, node.name.value, [self.m.names.qualify(t) or "" for t in texts], texts)
         self.m.classes[node.name.value] = info
         self.classes.append(info)
         scope = Scope("class", node, node.name.value, self.st.scope, self.n)
@@ -299,6 +299,9 @@ class _Builder:
         self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=node.value,
                                      kind="annassign"))
 
+    def v_Return(self, node: cst.Return) -> None:
+        self.m.returns.append(Return(**self._loc(), node=node, value=node.value))
+
     def v_NamedExpr(self, node: cst.NamedExpr) -> None:
         targets: list[Target] = []
         _flatten_targets(node.target, targets)
@@ -321,6 +324,7 @@ _VISIT = {
     "AugAssign": _Builder.v_AugAssign,
     "AnnAssign": _Builder.v_AnnAssign,
     "NamedExpr": _Builder.v_NamedExpr,
+    "Return": _Builder.v_Return,
 }
 
 
@@ -334,4 +338,24 @@ def build_model(module: cst.Module, source: str, path: str) -> FileModel:
     """
     model = FileModel(module, source, path)
     _Builder(model).walk(module)
+    _assume_conventional_names(model)
     return model
+
+
+def _assume_conventional_names(model: FileModel) -> None:
+    """Resolve ``nn``/``F``/``optim``... that the file never binds to torch's
+    modules (:data:`.names.CONVENTIONAL`) and requalify what was qualified
+    during the traversal."""
+    bound = set(model.names.aliases) | set(model.functions) | set(model.classes)
+    for a in model.assigns:
+        for t in a.targets:
+            if t.text:
+                bound.add(t.text.split(".")[0])
+    if not model.names.assume_conventional(bound):
+        return
+    qualify = model.names.qualify
+    for call in model.calls:
+        if call.func_text:
+            call.qualname = qualify(call.func_text)
+    for info in model.classes.values():
+        info.bases = [qualify(t) or "" for t in info.base_texts]

@@ -34,7 +34,7 @@ import libcst as cst
 
 from .model import Assign, Call, FileModel, GradMode, Loop, Scope, _Located, is_literal
 from .names import dotted_name
-from .provenance import DETACHING_METHODS
+from .torch_api import DETACHING_METHODS
 from .training import runs_backward
 from .tree import iter_children
 

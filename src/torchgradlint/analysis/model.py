@@ -186,12 +186,21 @@ class Assign(_Located):
 
 
 @dataclass(eq=False)
+class Return(_Located):
+    """A ``return value`` statement of a function (``value`` may be ``None``)."""
+
+    node: cst.Return = None  # type: ignore[assignment]
+    value: Optional[cst.BaseExpression] = None
+
+
+@dataclass(eq=False)
 class ClassInfo:
     """A class definition: its name, qualified base names and method scopes."""
 
     node: cst.ClassDef
     name: str
     bases: list[str]
+    base_texts: list[str] = field(default_factory=list)
     methods: dict[str, Scope] = field(default_factory=dict)
 
 
@@ -212,6 +221,7 @@ class FileModel:
         self.calls: list[Call] = []
         self.assigns: list[Assign] = []
         self.regions: list[Region] = []
+        self.returns: list[Return] = []
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, list[Scope]] = {}
         # ids of ``with`` statement bodies: they always run, so they do not break dominance
@@ -307,12 +317,51 @@ class FileModel:
         if not before:
             return None
         last = before[-1]
-        if last.statement is at.statement or last.dominates(at):
-            return last
+        return last if self.certainly_reaches(last, at) else None
+
+    def certainly_reaches(self, binding: _Located, at: _Located) -> bool:
+        """Whether ``binding`` runs whenever ``at`` runs, before it: same
+        statement, or a suite of ``binding`` that encloses ``at`` (``with``
+        bodies always run, so they count as their enclosing suite)."""
+        if binding.statement is at.statement or binding.dominates(at):
+            return True
         bodies = self.with_bodies
-        mine = tuple(b for b in last.blocks if id(b) not in bodies)
+        mine = tuple(b for b in binding.blocks if id(b) not in bodies)
         theirs = tuple(b for b in at.blocks if id(b) not in bodies)
-        return last if theirs[:len(mine)] == mine else None
+        return binding.scope is at.scope and theirs[:len(mine)] == mine
+
+    def reaching_bindings(self, text: str, at: _Located) -> list[Assign]:
+        """Every binding of ``text`` in ``at``'s scope that may give it its
+        value where ``at`` runs (a *may* answer, where
+        :meth:`reaching_binding` is a *must* one): the latest binding that
+        certainly reaches ``at``, the bindings after it in branches, and,
+        inside a loop, the bindings later in the loop body (the previous
+        iteration). Empty when ``text`` is not bound in the scope before
+        ``at`` (a parameter counts as a binding).
+        """
+        mine = self.bindings_of(text, at.scope)
+        before = [a for a in mine if a.order < at.order]
+        out: list[Assign] = []
+        must: Optional[Assign] = None
+        for a in reversed(before):
+            out.append(a)
+            if self.certainly_reaches(a, at):
+                must = a
+                break
+        out.reverse()
+        for loop in at.loops:
+            if must is not None and loop.contains(must.order):
+                continue  # the next iteration rebinds it before ``at`` again
+            for a in mine:
+                if a.order > at.order and loop.contains(a.order) and a not in out:
+                    out.append(a)
+        return out
+
+    def returns_of(self, scope: Scope) -> list["Return"]:
+        """The ``return`` statements whose own scope is ``scope``."""
+        if self._call_orders is None:
+            self._index()
+        return [r for r in self.returns if r.scope is scope]
 
     def enclosing_function(self, scope: Scope) -> Optional[Scope]:
         """The nearest function scope at or above ``scope``."""
@@ -406,8 +455,25 @@ class FileModel:
             modes = {self.grad_mode(c, _depth + 1) for c in self.callers_of(scope)}
             if len(modes) == 1:
                 result = modes.pop()
+        if result is GradMode.UNKNOWN and scope.kind == "function" and scope in self.backward_scopes():
+            result = GradMode.ENABLED
         self._base_mode_cache[key] = result
         return result
+
+    def backward_scopes(self) -> set:
+        """Function scopes that run a backward outside any grad-mode region
+        of their own: whoever calls them must have grad enabled (the
+        backward raises otherwise), so that is their base mode."""
+        found = self.memo.get("backward_scopes")
+        if found is None:
+            from .steps import backward_call  # steps builds on this module
+
+            found = set()
+            for c in self.calls:
+                if c.region is None and c.scope.kind == "function" and backward_call(self, c) is not None:
+                    found.add(c.scope)
+            self.memo["backward_scopes"] = found
+        return found  # type: ignore[return-value]
 
     def grad_mode(self, fact: _Located, _depth: int = 0) -> GradMode:
         """Effective grad mode where ``fact`` runs."""

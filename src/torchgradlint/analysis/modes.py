@@ -167,6 +167,23 @@ def module_names(model: FileModel) -> frozenset[str]:
     return c.modules
 
 
+def instance_class(model: FileModel, text: str) -> Optional[str]:
+    """The same-file module class that every constructor binding of the
+    dotted name ``text`` instantiates (``self.head = Head(...)`` -> ``Head``),
+    or ``None``."""
+    found: set[str] = set()
+    for a in model.assigns:
+        if a.kind not in ("assign", "annassign") or a.unpacked or not a.binds(text):
+            continue
+        value = unwrap(a.value)
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) \
+                and value.func.value in module_classes(model):
+            found.add(value.func.value)
+        else:
+            return None
+    return found.pop() if len(found) == 1 else None
+
+
 def is_module(model: FileModel, text: Optional[str]) -> bool:
     """Whether the dotted name ``text`` is known to hold a module."""
     return bool(text) and text in module_names(model)

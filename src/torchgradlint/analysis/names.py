@@ -28,6 +28,16 @@ CANONICAL = {
     "torch.nn.functional": "torch.nn.functional",
 }
 
+# Names that scripts, notebooks and tutorials use by convention for torch
+# modules. A file that never binds one of them (a notebook whose import cell
+# is missing, a snippet pasted from a tutorial) means the conventional module.
+CONVENTIONAL = {
+    "nn": "torch.nn",
+    "F": "torch.nn.functional",
+    "optim": "torch.optim",
+    "autograd": "torch.autograd",
+}
+
 
 def dotted_name(node: Optional[cst.CSTNode]) -> Optional[str]:
     """``a.b.c`` for a chain of Name/Attribute nodes, else ``None``.
@@ -60,6 +70,17 @@ class ImportTable:
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}
         self.imports_torch = False
+        self.conventional: dict[str, str] = {}
+
+    def assume_conventional(self, bound: set[str]) -> bool:
+        """Resolve the :data:`CONVENTIONAL` names that the file never binds
+        (``bound``: every name an import, assignment, parameter, ``def`` or
+        ``class`` binds) to their torch modules. Returns whether any was
+        added (qualified names computed before must then be recomputed).
+        """
+        added = {k: v for k, v in CONVENTIONAL.items() if k not in bound and k not in self.aliases}
+        self.conventional = added
+        return bool(added)
 
     def add(self, node: cst.CSTNode) -> None:
         """Record the bindings of an ``Import`` or ``ImportFrom`` statement."""
@@ -104,10 +125,7 @@ class ImportTable:
         if not dotted:
             return None
         head, sep, rest = dotted.partition(".")
-        base = self.aliases.get(head, head)
+        base = self.aliases.get(head) or self.conventional.get(head, head)
         full = f"{base}.{rest}" if sep else base
         return CANONICAL.get(full, full)
 
-    def qualify_expr(self, node: Optional[cst.CSTNode]) -> Optional[str]:
-        """:meth:`qualify` of an expression's dotted name (``None`` if not dotted)."""
-        return self.qualify(dotted_name(node))

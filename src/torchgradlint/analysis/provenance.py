@@ -39,9 +39,9 @@ from typing import Optional
 
 import libcst as cst
 
-from . import modes
-from .model import Assign, FileModel, GradMode, Region, Scope, _Located, names_in
-from .tree import iter_children
+from . import modes, torch_api
+from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, names_in
+from .tree import iter_children, walk
 from .names import dotted_name
 from .steps import backward_call
 
@@ -56,21 +56,33 @@ class State(enum.Enum):
 
 @dataclass(frozen=True)
 class Provenance:
-    """What is known about one expression's tensor.
+    """What is known about one expression's value.
 
-    ``state``: attached / detached / unknown.
+    ``state``: attached / detached / unknown (see :class:`State`).
     ``no_grad``: for a detached value, the grad-mode regions (or decorated
     functions' regions) under which a computation feeding it dropped the
     graph; empty when it was detached by other means.
     ``explicit``: the nodes that detach explicitly (``.item()``, ``.detach()``,
     ``float(x)``, ``.data``).
-    ``sources``: graph-producing calls (module or loss calls) feeding it.
+    ``sources``: the nodes where its graph starts or grows in a way that
+    saves activations: module, loss and function calls evaluated with grad
+    enabled, and differentiable operations on requires-grad leaves. An
+    attached value with no source is a bare leaf (a parameter): it holds no
+    graph of its own.
+    ``inference``: it may hold, or derive from, a tensor created under
+    ``torch.inference_mode()`` (such a tensor cannot be saved for backward,
+    whatever the state; a ``.clone()`` made outside inference mode is a
+    normal tensor again).
+    ``weak``: attached only on the guess that an unknown callee
+    differentiates through its tensor arguments.
     """
 
     state: State
     no_grad: tuple[Region, ...] = ()
     explicit: tuple[cst.CSTNode, ...] = ()
     sources: tuple[cst.CSTNode, ...] = ()
+    inference: bool = False
+    weak: bool = False
 
     @property
     def attached(self) -> bool:
@@ -84,59 +96,40 @@ class Provenance:
 
 
 _UNKNOWN = Provenance(State.UNKNOWN)
+_UNKNOWN_INFERENCE = Provenance(State.UNKNOWN, inference=True)
 _CONST = Provenance(State.DETACHED)
 
-# Tensor methods that return a value still in the graph of their receiver.
-GRAPH_KEEPING_METHODS = frozenset({
-    "mean", "sum", "view", "view_as", "reshape", "reshape_as", "to", "cpu", "cuda", "float", "double", "half",
-    "bfloat16", "squeeze", "unsqueeze", "flatten", "abs", "pow", "sqrt", "exp", "log", "clone", "contiguous",
-    "norm", "mul", "add", "sub", "div", "neg", "clamp", "permute", "transpose", "t", "expand", "expand_as",
-    "repeat", "softmax", "log_softmax", "sigmoid", "tanh", "relu", "matmul", "mm", "bmm", "type", "type_as",
-    "select", "narrow", "prod", "std", "var", "square", "logsumexp", "masked_fill", "gather", "index_select",
-    "unflatten", "movedim", "sin", "cos", "mul_", "add_", "div_", "sub_",
-})
-# Methods that may return their receiver unchanged (``x.to(dev)`` when ``x``
-# is already there): under no_grad they do not prove a detached result.
-MAY_RETURN_SELF = frozenset({"to", "cpu", "cuda", "float", "double", "half", "bfloat16", "type", "type_as",
-                             "contiguous", "detach_", "requires_grad_"})
-DETACHING_METHODS = frozenset({"item", "tolist", "detach", "numpy"})
-DETACHING_BUILTINS = frozenset({"float", "int", "bool", "len", "round", "str"})
-TORCH_FACTORIES = frozenset({
-    "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
-    "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
-    "randn_like", "randint_like", "normal", "bernoulli", "multinomial",
-})
-TORCH_DIFFERENTIABLE = frozenset({
-    "stack", "cat", "concat", "sum", "mean", "matmul", "mm", "bmm", "exp", "log", "sqrt", "abs", "pow", "clamp",
-    "tanh", "sigmoid", "relu", "softmax", "log_softmax", "norm", "cdist", "einsum", "where", "maximum", "minimum",
-    "square", "flatten", "reshape", "squeeze", "unsqueeze", "add", "mul", "sub", "div", "std", "var",
-    "logsumexp", "prod", "dot", "outer", "sin", "cos", "max", "min",
-})
-FUNCTIONAL_NOT_DIFFERENTIABLE = frozenset({"one_hot"})
-LOSS_FUNCTIONALS = frozenset({
-    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss", "cosine_embedding_loss",
-    "hinge_embedding_loss", "margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss",
-    "multilabel_soft_margin_loss", "soft_margin_loss", "triplet_margin_loss", "ctc_loss",
-    "triplet_margin_with_distance_loss",
-})
 _MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
     r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
-_LOSS_NAME = re.compile(r"^(criterion|loss_fn|loss_func|loss_function|lossfn)(_\w+)?$|^\w+_(criterion|loss_fn)$")
 _MAX_DEPTH = 12
+_MAX_CALL_DEPTH = 3
+
+
+def _unknown(inference: bool) -> Provenance:
+    return _UNKNOWN_INFERENCE if inference else _UNKNOWN
 
 
 @dataclass
 class _Cache:
     modules: Optional[frozenset[str]] = None
     losses: Optional[dict[str, Assign]] = None
-    loss_classes: Optional[frozenset[str]] = None
+    calls: Optional[dict[int, Call]] = None
+    backpropagated_bindings: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)
 
 
 def _cache(model: FileModel) -> _Cache:
     return model.cached(_Cache, _Cache)
+
+
+def call_fact(model: FileModel, node: cst.CSTNode) -> Optional[Call]:
+    """The :class:`Call` fact recorded for a call node (``None`` if ``node``
+    is no recorded call)."""
+    c = _cache(model)
+    if c.calls is None:
+        c.calls = {id(call.node): call for call in model.calls}
+    return c.calls.get(id(node))
 
 
 # -- modules and losses -----------------------------------------------------------
@@ -199,10 +192,10 @@ def is_loss_call(model: FileModel, node: cst.CSTNode) -> bool:
     qn = model.names.qualify(text) or ""
     if qn.startswith("torch.nn.functional."):
         last = qn.rsplit(".", 1)[-1]
-        return last in LOSS_FUNCTIONALS or last.endswith("_loss")
+        return last in torch_api.LOSS_FUNCTIONALS or last.endswith("_loss")
     if text in loss_names(model):
         return True
-    return bool(_LOSS_NAME.match(text.rsplit(".", 1)[-1]))
+    return bool(torch_api.LOSS_NAME.match(text.rsplit(".", 1)[-1]))
 
 
 def _parameter_free_loss(model: FileModel, node: cst.Call) -> bool:
@@ -221,7 +214,8 @@ def _parameter_free_loss(model: FileModel, node: cst.Call) -> bool:
 
 def is_module_call(model: FileModel, node: cst.CSTNode) -> bool:
     """Whether ``node`` calls something known (or precisely named) to be an
-    ``nn.Module``: ``model(x)``, ``self.encoder(x)``, ``nn.Linear(2, 2)(x)``."""
+    ``nn.Module``: ``model(x)``, ``self.encoder(x)``, ``nn.Linear(2, 2)(x)``,
+    ``model.forward(x)``, ``model.generate(x)``."""
     if not isinstance(node, cst.Call):
         return False
     if isinstance(node.func, cst.Call):
@@ -229,6 +223,9 @@ def is_module_call(model: FileModel, node: cst.CSTNode) -> bool:
     text = dotted_name(node.func)
     if not text:
         return False
+    head_text, _, last_attr = text.rpartition(".")
+    if last_attr in torch_api.FORWARD_METHODS and head_text and head_text in module_names(model):
+        return True
     if text in module_names(model):
         return True
     last = text.rsplit(".", 1)[-1]
@@ -277,23 +274,43 @@ def is_scalar_loss(model: FileModel, expr: cst.BaseExpression, at: _Located, _de
     for b in _backward_calls(model, at.scope):
         if (b.call.method == "backward" and dotted_name(b.target) == text and not b.call.node.args):
             return True
-    binding = reaching_binding(model, text, at)
+    binding = model.reaching_binding(text, at)
     if binding is None or binding.kind not in ("assign", "annassign") or binding.unpacked or binding.value is None:
         return False
     return is_scalar_loss(model, binding.value, binding, _depth + 1)
 
 
 # -- evaluation ---------------------------------------------------------------------
+def _join(parts: list[Provenance]) -> Provenance:
+    """The value of a name that may come from any of ``parts`` (branches,
+    the previous loop iteration): a state only when all agree."""
+    if not parts:
+        return _UNKNOWN
+    inference = any(p.inference for p in parts)
+    attached = [p for p in parts if p.attached]
+    if attached and all(p.attached or p.detached for p in parts):
+        # attached on some path: the value may hold a graph
+        return Provenance(State.ATTACHED, sources=tuple(s for p in attached for s in p.sources),
+                          inference=inference, weak=any(p.weak for p in attached))
+    if all(p.detached for p in parts):
+        return Provenance(State.DETACHED, tuple(r for p in parts for r in p.no_grad),
+                          tuple(e for p in parts for e in p.explicit), inference=inference)
+    return _unknown(inference)
+
+
 def _combine(parts: list[Provenance]) -> Provenance:
     """Result of a differentiable op over ``parts`` (grad enabled)."""
-    if any(p.attached for p in parts):
-        return Provenance(State.ATTACHED, sources=tuple(s for p in parts for s in p.sources))
+    inference = any(p.inference for p in parts)
+    attached = [p for p in parts if p.attached]
+    if attached:
+        return Provenance(State.ATTACHED, sources=tuple(s for p in attached for s in p.sources),
+                          inference=inference, weak=all(p.weak for p in attached))
     if parts and all(p.detached for p in parts):
         return Provenance(State.DETACHED, tuple(r for p in parts for r in p.no_grad),
-                          tuple(e for p in parts for e in p.explicit))
+                          tuple(e for p in parts for e in p.explicit), inference=inference)
     if not parts:
         return _CONST
-    return _UNKNOWN
+    return _unknown(inference)
 
 
 def _no_grad_region(model: FileModel, at: _Located) -> Optional[Region]:
@@ -319,9 +336,12 @@ def _has_requires_grad_kw(call: cst.Call) -> bool:
                not (isinstance(a.value, cst.Name) and a.value.value == "False") for a in call.args)
 
 
+_META_KEYWORDS = frozenset({"dim", "keepdim", "dtype", "device", "reduction", "out", "non_blocking", "layout",
+                            "memory_format", "requires_grad", "pin_memory", "copy", "generator"})
+
+
 def _arg_values(call: cst.Call) -> list[cst.BaseExpression]:
-    return [a.value for a in call.args if not (a.keyword is not None and a.keyword.value in
-                                                  ("dim", "keepdim", "dtype", "device", "reduction", "out"))]
+    return [a.value for a in call.args if not (a.keyword is not None and a.keyword.value in _META_KEYWORDS)]
 
 
 def _requires_grad_later(model: FileModel, text: str, binding: Assign, at: _Located) -> bool:
@@ -343,52 +363,255 @@ def reaching_binding(model: FileModel, text: str, at: _Located) -> Optional[Assi
     return model.reaching_binding(text, at)
 
 
+def _target_element(binding: Assign, text: str) -> Optional[int]:
+    """The position of ``text`` in the tuple a binding unpacks into
+    (``a, b = ...`` -> ``b`` is 1); ``None`` for starred or nested targets."""
+    node = binding.node
+    target: Optional[cst.BaseExpression] = None
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target = node.targets[0].target
+    elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)):
+        target = node.target
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    for i, el in enumerate(target.elements):
+        if isinstance(el, cst.StarredElement):
+            return None
+        if dotted_name(el.value) == text:
+            return i
+    return None
+
+
+def _backward_roots(target: Optional[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """The named values a backward target backpropagates directly:
+    ``loss`` for ``loss``, ``scaler.scale(loss)``, ``loss / k``, ``loss * k``."""
+    if target is None:
+        return []
+    if isinstance(target, (cst.Name, cst.Attribute)):
+        return [target]
+    if isinstance(target, cst.Subscript):  # ``output["loss"].backward()``: the dict holds a graph
+        return _backward_roots(target.value)
+    if isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) \
+            and target.func.attr.value in torch_api.SCALER_PASS_THROUGH and target.args:
+        return _backward_roots(target.args[0].value)
+    if isinstance(target, cst.BinaryOperation):
+        literals = (cst.Integer, cst.Float)
+        if isinstance(target.right, literals) or isinstance(target.left, literals):
+            other = target.left if isinstance(target.right, literals) else target.right
+            return _backward_roots(other)
+    return []
+
+
+def _backpropagated_bindings(model: FileModel, scope: Scope) -> dict[str, set[int]]:
+    """Dotted name -> ids of the bindings whose value a backward in
+    ``scope`` backpropagates (``loss.backward()`` with that binding of
+    ``loss`` reaching it)."""
+    c = _cache(model)
+    key = id(scope)
+    if key not in c.backpropagated_bindings:
+        out: dict[str, set[int]] = {}
+        for b in _backward_calls(model, scope):
+            for root in _backward_roots(b.target):
+                text = dotted_name(root)
+                if not text:
+                    continue
+                for binding in model.reaching_bindings(text, b.call):
+                    out.setdefault(text, set()).add(id(binding))
+        c.backpropagated_bindings[key] = out
+    return c.backpropagated_bindings[key]
+
+
 class _Evaluator:
+    """One evaluation of an expression; follows bindings, same-file calls
+    (parameters bound to the caller's arguments) and modules' ``forward``."""
+
     def __init__(self, model: FileModel) -> None:
         self.m = model
         self.active: set[int] = set()
+        self.env: dict[int, dict[str, Provenance]] = {}
+        self.call_depth = 0
 
+    # -- names ------------------------------------------------------------------------
     def name(self, text: str, at: _Located, depth: int) -> Provenance:
-        binding = reaching_binding(self.m, text, at)
-        if binding is None or binding.value is None:
+        m = self.m
+        bindings = m.reaching_bindings(text, at)
+        if not bindings:
             return _UNKNOWN
-        if _requires_grad_later(self.m, text, binding, at):
-            return Provenance(State.ATTACHED)
-        key = id(binding)
-        if key in self.active:
-            return _UNKNOWN
-        self.active.add(key)
-        try:
-            if binding.kind in ("assign", "annassign", "walrus"):
-                p = self.expr(binding.value, binding, depth + 1)
-            elif binding.kind == "augassign":
-                prev = self.name(text, binding, depth + 1) if binding.op in ("+=", "-=", "*=", "/=") else _UNKNOWN
-                cur = self.expr(binding.value, binding, depth + 1)
-                p = self._op(binding, [prev, cur])
-            else:
-                return _UNKNOWN
-        finally:
-            self.active.discard(key)
-        if binding.unpacked and p.attached:
-            return _UNKNOWN
+        parts = [self.binding(text, b, at, depth) for b in bindings]
+        p = _join(parts)
+        if p.attached and not p.weak:
+            return p
+        # A value that a backward of this scope backpropagates holds a graph.
+        marked = _backpropagated_bindings(m, at.scope).get(text)
+        if marked and any(id(b) in marked for b in bindings) and not p.detached \
+                and not self._items_replaced(text, bindings[-1], at):
+            last = bindings[-1]
+            src = (last.value,) if last.value is not None else (last.node,)
+            return Provenance(State.ATTACHED, sources=p.sources or src, inference=p.inference)
         return p
 
-    def _op(self, at: _Located, parts: list[Provenance]) -> Provenance:
-        """A new tensor computed from ``parts`` where ``at`` runs."""
-        mode = self.m.grad_mode(at)
+    def _items_replaced(self, text: str, binding: Assign, at: _Located) -> bool:
+        """``d[k] = ...`` between ``binding`` and ``at``: the container's
+        items changed (``output["loss"] = output["loss"].detach()``), so a
+        backward through one of its old items says nothing about it now."""
+        return any(a.order > binding.order and a.order < at.order and a.scope is at.scope
+                   and any(t.kind == "subscript" and t.container == text for t in a.targets)
+                   for a in self.m.assigns_in_scope(at.scope))
+
+    def binding(self, text: str, b: Assign, at: _Located, depth: int) -> Provenance:
+        if b.kind == "param":
+            frame = self.env.get(id(b.scope))
+            if frame is not None and text in frame:
+                return frame[text]
+            return _UNKNOWN
+        if b.value is None or b.kind in ("for", "with"):
+            return _UNKNOWN
+        if _requires_grad_later(self.m, text, b, at):
+            return Provenance(State.ATTACHED)
+        key = (id(b), text)
+        if key in self.active:
+            return _UNKNOWN
+        self.active.add(key)  # type: ignore[arg-type]
+        try:
+            if b.kind in ("assign", "annassign", "walrus"):
+                if b.unpacked:
+                    return self.element(b, text, depth)
+                return self.expr(b.value, b, depth + 1)
+            if b.kind == "augassign":
+                prev = self.name(text, b, depth + 1) if b.op in ("+=", "-=", "*=", "/=") else _UNKNOWN
+                cur = self.expr(b.value, b, depth + 1)
+                return self._op(b, [prev, cur], b.node)
+            return _UNKNOWN
+        finally:
+            self.active.discard(key)  # type: ignore[arg-type]
+
+    def element(self, b: Assign, text: str, depth: int) -> Provenance:
+        """The value ``text`` takes from an unpacking binding ``a, b = value``."""
+        index = _target_element(b, text)
+        value = b.value
+        if index is None or value is None:
+            return _UNKNOWN
+        if isinstance(value, (cst.Tuple, cst.List)):
+            els = value.elements
+            if len(els) > index and not any(isinstance(e, cst.StarredElement) for e in els[:index + 1]):
+                return self.expr(els[index].value, b, depth + 1)
+            return _UNKNOWN
+        if isinstance(value, cst.Call):
+            returned = self.same_file_call(value, b, depth, index)
+            if returned is not None:
+                return returned
+        whole = self.expr(value, b, depth + 1)
+        if whole.attached and not whole.weak:
+            return whole  # outputs of a forward, a loss call or a differentiable op
+        if whole.attached and isinstance(value, cst.Call) and is_loss_call(self.m, value):
+            return Provenance(State.ATTACHED, sources=whole.sources, inference=whole.inference)
+        return whole if whole.detached else _unknown(whole.inference)
+
+    # -- same-file functions ---------------------------------------------------------------
+    def same_file_call(self, node: cst.Call, at: _Located, depth: int,
+                       index: Optional[int] = None) -> Optional[Provenance]:
+        """What a call to a same-file function returns (element ``index`` of
+        a returned tuple when given), with its parameters bound to the
+        arguments; ``None`` when the callee is not a same-file function."""
+        m = self.m
+        fact = call_fact(m, node)
+        if fact is None:
+            return None
+        callees = [s for s in m.resolve_callee(fact) if s.kind == "function"]
+        if len(callees) != 1:
+            return None
+        callee = callees[0]
+        if self.call_depth >= _MAX_CALL_DEPTH or id(callee) in self.env or callee.contains(fact.order):
+            return _UNKNOWN
+        frame = self._bind_params(fact, callee, at, depth)
+        self.env[id(callee)] = frame
+        self.call_depth += 1
+        try:
+            parts = []
+            for r in m.returns_of(callee):
+                if r.value is None:
+                    parts.append(_CONST)
+                    continue
+                value = r.value
+                if index is not None:
+                    if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) > index:
+                        value = value.elements[index].value
+                    else:
+                        whole = self.expr(value, r, depth + 1)
+                        parts.append(whole if whole.detached else _unknown(whole.inference))
+                        continue
+                parts.append(self.expr(value, r, depth + 1))
+            if not parts:
+                return _CONST
+            return _join(parts)
+        finally:
+            self.call_depth -= 1
+            del self.env[id(callee)]
+
+    def _bind_params(self, fact: Call, callee: Scope, at: _Located, depth: int) -> dict[str, Provenance]:
+        params = list(callee.params)
+        if callee.class_name is not None and fact.func_text and "." in fact.func_text and params \
+                and params[0] in ("self", "cls"):
+            params = params[1:]
+        frame: dict[str, Provenance] = {}
+        positional = [a for a in fact.node.args if a.keyword is None and not a.star]
+        for i, a in enumerate(positional):
+            if i < len(params):
+                frame[params[i]] = self.expr(a.value, at, depth + 1)
+        for a in fact.node.args:
+            if a.keyword is not None and a.keyword.value in callee.params:
+                frame[a.keyword.value] = self.expr(a.value, at, depth + 1)
+        return frame
+
+    def module_forward(self, node: cst.Call, at: _Located, depth: int) -> Optional[Provenance]:
+        """What a call of a same-file module class instance returns when its
+        ``forward`` computes every returned value under no_grad (the module
+        cuts the graph); ``None`` otherwise."""
+        m = self.m
+        text = dotted_name(node.func)
+        if not text:
+            return None
+        cls = modes.instance_class(m, text)
+        if cls is None:
+            return None
+        fwd = m.classes[cls].methods.get("forward")
+        if fwd is None or id(fwd) in self.env or self.call_depth >= _MAX_CALL_DEPTH:
+            return None
+        returns = [r for r in m.returns_of(fwd) if r.value is not None]
+        if not returns:
+            return None
+        regions = []
+        for r in returns:
+            region = _no_grad_region(m, r)
+            if region is None:
+                return None
+            regions.append(region)
+        inference = any(r.api == torch_api.INFERENCE_MODE for r in regions)
+        return Provenance(State.DETACHED, tuple(regions), inference=inference)
+
+    # -- expressions ----------------------------------------------------------------------
+    def _op(self, at: _Located, parts: list[Provenance], node: Optional[cst.CSTNode] = None) -> Provenance:
+        """A new tensor computed from ``parts`` by ``node`` where ``at`` runs."""
+        m = self.m
+        mode = m.grad_mode(at)
+        inference = any(p.inference for p in parts)
         if mode is GradMode.DISABLED:
-            region = _no_grad_region(self.m, at)
-            return Provenance(State.DETACHED, (region,) if region else ())
-        if mode is GradMode.ENABLED:
-            return _combine(parts)
+            region = _no_grad_region(m, at)
+            made_in_inference = region is not None and region.api == torch_api.INFERENCE_MODE
+            return Provenance(State.DETACHED, (region,) if region else (), inference=inference or made_in_inference)
+        if mode is GradMode.ENABLED or any(p.attached and p.sources and not p.weak for p in parts):
+            # (an attached part with a graph proves grad mode was on where this scope runs)
+            r = _combine(parts)
+            if r.attached and not r.sources and node is not None:
+                r = Provenance(State.ATTACHED, sources=(node,), inference=r.inference, weak=r.weak)
+            return r
         if parts and all(p.detached for p in parts):
             return _combine(parts)
-        return _UNKNOWN
+        return _unknown(inference)
 
     def expr(self, node: Optional[cst.BaseExpression], at: _Located, depth: int = 0) -> Provenance:
         if node is None or depth > _MAX_DEPTH:
             return _UNKNOWN
-        m = self.m
         if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString,
                              cst.ConcatenatedString, cst.Comparison)):
             return _CONST
@@ -397,38 +620,57 @@ class _Evaluator:
                 return _CONST
             return self.name(node.value, at, depth)
         if isinstance(node, cst.Attribute):
-            if node.attr.value == "data":
-                return Provenance(State.DETACHED, explicit=(node,))
+            attr = node.attr.value
+            if attr == "data":
+                base = self.expr(node.value, at, depth + 1)
+                return Provenance(State.DETACHED, explicit=(node,), inference=base.inference)
+            if attr in ("grad", "shape", "dtype", "device", "requires_grad", "is_cuda", "ndim", "training"):
+                return _CONST
             text = dotted_name(node)
-            if text and text.startswith("self."):
-                return self.name(text, at, depth) if reaching_binding(m, text, at) else _UNKNOWN
-            return _UNKNOWN
+            if text and self.m.reaching_bindings(text, at):
+                return self.name(text, at, depth)
+            if text and text.split(".")[0] in ("self", "cls"):
+                return _UNKNOWN
+            base = self.expr(node.value, at, depth + 1)
+            if base.attached and not base.weak:
+                return base  # ``outputs.loss``, ``out.logits``, ``x.T``
+            return _unknown(base.inference)
         if isinstance(node, cst.BinaryOperation):
-            return self._op(at, [self.expr(node.left, at, depth + 1), self.expr(node.right, at, depth + 1)])
+            return self._op(at, [self.expr(node.left, at, depth + 1), self.expr(node.right, at, depth + 1)], node)
         if isinstance(node, cst.UnaryOperation):
             if isinstance(node.operator, cst.Not):
                 return _CONST
-            return self._op(at, [self.expr(node.expression, at, depth + 1)])
-        if isinstance(node, cst.IfExp):
-            a, b = self.expr(node.body, at, depth + 1), self.expr(node.orelse, at, depth + 1)
-            if a.state is b.state and a.state is not State.UNKNOWN:
-                return _combine([a, b])
-            return _UNKNOWN
-        if isinstance(node, (cst.List, cst.Tuple)):
-            parts = [self.expr(e.value, at, depth + 1) for e in node.elements if isinstance(e, cst.Element)]
-            if any(p.attached for p in parts):
-                return _combine(parts)
-            if parts and all(p.detached for p in parts):
-                return _combine(parts)
-            return _UNKNOWN
+            return self._op(at, [self.expr(node.expression, at, depth + 1)], node)
+        if isinstance(node, (cst.IfExp, cst.BooleanOperation)):
+            a_node, b_node = (node.body, node.orelse) if isinstance(node, cst.IfExp) else (node.left, node.right)
+            return _join([self.expr(a_node, at, depth + 1), self.expr(b_node, at, depth + 1)])
+        if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+            parts = [self.expr(e.value, at, depth + 1) for e in node.elements]
+            return self._container(parts)
+        if isinstance(node, cst.Dict):
+            parts = [self.expr(e.value, at, depth + 1) for e in node.elements if isinstance(e, cst.DictElement)]
+            return self._container(parts)
+        if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            return self._container([self.expr(node.elt, at, depth + 1)])
+        if isinstance(node, cst.DictComp):
+            return self._container([self.expr(node.value, at, depth + 1)])
         if isinstance(node, cst.Subscript):
             base = self.expr(node.value, at, depth + 1)
-            if base.attached and m.grad_mode(at) is GradMode.ENABLED:
+            if base.attached or base.detached:
                 return base
-            return _UNKNOWN
+            return _unknown(base.inference)
         if isinstance(node, cst.Call):
             return self.call(node, at, depth)
         return _UNKNOWN
+
+    @staticmethod
+    def _container(parts: list[Provenance]) -> Provenance:
+        if any(p.attached for p in parts) or (parts and all(p.detached for p in parts)):
+            return _combine(parts)
+        return _unknown(any(p.inference for p in parts))
+
+    def _taint(self, node: cst.Call, at: _Located, depth: int) -> list[Provenance]:
+        return [self.expr(v, at, depth + 1) for v in _arg_values(node)]
 
     def call(self, node: cst.Call, at: _Located, depth: int) -> Provenance:
         m = self.m
@@ -436,66 +678,93 @@ class _Evaluator:
         mode = m.grad_mode(at)
         if isinstance(func, cst.Attribute):
             meth = func.attr.value
-            if meth in DETACHING_METHODS:
-                return Provenance(State.DETACHED, explicit=(node,))
+            if meth in torch_api.DETACHING_METHODS:
+                inference = meth == "detach" and self.expr(func.value, at, depth + 1).inference
+                return Provenance(State.DETACHED, explicit=(node,), inference=inference)
+            if meth in torch_api.OBJECT_METHODS:
+                return _CONST
             if meth == "requires_grad_":
                 return Provenance(State.ATTACHED)
+            if meth in torch_api.SCALER_PASS_THROUGH and "scaler" in (dotted_name(func.value) or "").lower() \
+                    and node.args:
+                return self.expr(node.args[0].value, at, depth + 1)
         text = dotted_name(func)
         qn = m.names.qualify(text) if text else None
-        if text in DETACHING_BUILTINS and qn == text:
+        if text in torch_api.DETACHING_BUILTINS and qn == text:
             return Provenance(State.DETACHED, explicit=(node,))
         if qn in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             return Provenance(State.ATTACHED)
-        if qn and qn.startswith("torch.") and qn.rsplit(".", 1)[-1] in TORCH_FACTORIES and qn.count(".") == 1:
+        if qn and qn.startswith("torch.") and qn.rsplit(".", 1)[-1] in torch_api.FACTORIES and qn.count(".") == 1:
             return Provenance(State.ATTACHED) if _has_requires_grad_kw(node) else _CONST
         if is_loss_call(m, node):
+            parts = self._taint(node, at, depth)
+            inference = any(p.inference for p in parts)
             if mode is GradMode.ENABLED:
-                parts = [self.expr(v, at, depth + 1) for v in _arg_values(node)]
                 if parts and all(p.detached for p in parts):
                     # a loss with parameters of its own would still be attached
-                    return _combine(parts) if _parameter_free_loss(m, node) else _UNKNOWN
-                return Provenance(State.ATTACHED, sources=(node,))
-            return self._op(at, [])
+                    return _combine(parts) if _parameter_free_loss(m, node) else _unknown(inference)
+                return Provenance(State.ATTACHED, sources=(node,), inference=inference)
+            return self._op(at, parts if mode is GradMode.DISABLED else [_unknown(inference)], node)
         if is_module_call(m, node):
+            parts = self._taint(node, at, depth)
+            inference = any(p.inference for p in parts)
+            cut = self.module_forward(node, at, depth)
+            if cut is not None:
+                return cut
             if mode is GradMode.ENABLED:
-                return Provenance(State.ATTACHED, sources=(node,))
-            return self._op(at, [])
+                return Provenance(State.ATTACHED, sources=(node,), inference=inference)
+            return self._op(at, parts if mode is GradMode.DISABLED else [_unknown(inference)], node)
+        if isinstance(func, cst.Attribute) and qn and qn.startswith("torch.") and m.names.qualify(
+                dotted_name(func.value)) in ("torch", "torch.nn.functional"):
+            return self._torch_function(qn, node, at, depth)
         if isinstance(func, cst.Attribute):
             meth = func.attr.value
-            if qn and qn.startswith("torch.") and (text or "").count(".") >= 1 and m.names.qualify(
-                    dotted_name(func.value)) in ("torch", "torch.nn.functional"):
-                return self._torch_function(qn, node, at, depth)
-            if meth in GRAPH_KEEPING_METHODS:
+            if meth in torch_api.GRAPH_KEEPING_METHODS:
                 recv = self.expr(func.value, at, depth + 1)
-                if mode is GradMode.DISABLED and meth in MAY_RETURN_SELF:
-                    return recv if recv.detached else _UNKNOWN
+                if meth == "clone" and not self._in_inference(at):
+                    recv = Provenance(recv.state, recv.no_grad, recv.explicit, recv.sources, False, recv.weak)
+                if mode is GradMode.DISABLED and meth in torch_api.MAY_RETURN_SELF:
+                    return recv if recv.detached else _unknown(recv.inference)
                 if mode is GradMode.DISABLED:
-                    return self._op(at, [])
+                    return self._op(at, [recv], node)
                 args = [self.expr(v, at, depth + 1) for v in _arg_values(node)
                         if not isinstance(v, (cst.Name, cst.Attribute, cst.SimpleString))]
                 if recv.attached:
                     return recv
-                if recv.detached and meth in MAY_RETURN_SELF:
+                if recv.detached and meth in torch_api.MAY_RETURN_SELF:
                     return recv
-                return self._op(at, [recv, *args]) if recv.state is not State.UNKNOWN else _UNKNOWN
-            return _UNKNOWN
+                return self._op(at, [recv, *args], node) if recv.state is not State.UNKNOWN \
+                    else _unknown(recv.inference)
         if qn and qn.startswith("torch."):
             return self._torch_function(qn, node, at, depth)
         if text == "sum" and qn == "sum":
-            if mode is GradMode.DISABLED:
-                return self._op(at, [])
-            return self._op(at, [self.expr(v, at, depth + 1) for v in _arg_values(node)])
-        return _UNKNOWN
+            return self._op(at, [self.expr(v, at, depth + 1) for v in _arg_values(node)], node)
+        returned = self.same_file_call(node, at, depth)
+        if returned is not None:
+            if mode is GradMode.DISABLED and not returned.detached:
+                return self._op(at, [returned], node)
+            return returned
+        # An unknown callee: its result may carry its tensor arguments' graph.
+        parts = self._taint(node, at, depth)
+        if isinstance(func, cst.Attribute):
+            parts.append(self.expr(func.value, at, depth + 1))
+        inference = any(p.inference for p in parts)
+        if mode is GradMode.ENABLED and any(p.attached and p.sources and not p.weak for p in parts):
+            return Provenance(State.ATTACHED, sources=(node,), inference=inference, weak=True)
+        return _unknown(inference)
+
+    def _in_inference(self, at: _Located) -> bool:
+        region = _no_grad_region(self.m, at)
+        return region is not None and region.api == torch_api.INFERENCE_MODE
 
     def _torch_function(self, qn: str, node: cst.Call, at: _Located, depth: int) -> Provenance:
         last = qn.rsplit(".", 1)[-1]
         functional = qn.startswith("torch.nn.functional.")
-        if not ((qn.count(".") == 1 and last in TORCH_DIFFERENTIABLE)
-                or (functional and last not in FUNCTIONAL_NOT_DIFFERENTIABLE)):
-            return _UNKNOWN
-        if self.m.grad_mode(at) is GradMode.DISABLED:
-            return self._op(at, [])
-        return self._op(at, [self.expr(v, at, depth + 1) for v in _arg_values(node)])
+        parts = [self.expr(v, at, depth + 1) for v in _arg_values(node)]
+        if not ((qn.count(".") == 1 and last in torch_api.DIFFERENTIABLE)
+                or (functional and last not in torch_api.FUNCTIONAL_NOT_DIFFERENTIABLE)):
+            return _unknown(any(p.inference for p in parts))
+        return self._op(at, parts, node)
 
 
 def provenance(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located) -> Provenance:
@@ -509,6 +778,27 @@ def provenance(model: FileModel, expr: Optional[cst.BaseExpression], at: _Locate
     if key not in memo:
         memo[key] = _Evaluator(model).expr(expr, at)
     return memo[key]
+
+
+def loss_like(model: FileModel, expr: cst.BaseExpression, at: _Located) -> bool:
+    """Whether ``expr`` reads as a loss term: a name like ``loss``,
+    ``imput_mse``, ``kl``, or a value computed by a loss call or a callee
+    named like a loss (``GaussianNegLogLik(...)``, ``mse(...)``), followed
+    through its binding."""
+    for n in walk(expr):
+        if isinstance(n, cst.Call):
+            text = dotted_name(n.func) or ""
+            if is_loss_call(model, n) or torch_api.LOSS_CALLEE_NAME.search(text.rsplit(".", 1)[-1]):
+                return True
+        elif isinstance(n, cst.Name) and torch_api.LOSS_VALUE_NAME.search(n.value):
+            return True
+    text = dotted_name(expr)
+    if text:
+        b = model.reaching_binding(text, at)
+        if b is not None and b.value is not None and b.kind in ("assign", "annassign") and b.value is not expr:
+            return any(isinstance(n, cst.Call) and torch_api.LOSS_CALLEE_NAME.search(
+                (dotted_name(n.func) or "").rsplit(".", 1)[-1]) for n in walk(b.value))
+    return False
 
 
 def is_graph_attached(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located) -> Optional[bool]:
@@ -573,6 +863,25 @@ def is_backward_target(model: FileModel, expr: Optional[cst.BaseExpression], at:
     return False
 
 
+def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located) -> bool:
+    """Whether the value the name ``expr`` holds at ``at`` is the target of
+    a backward in the same scope that does not retain its graph: after it,
+    nothing can backpropagate that value again (a second backward raises),
+    so keeping it is never needed for a later backward."""
+    text = dotted_name(expr)
+    if not text:
+        return False
+    mine = {id(b) for b in model.reaching_bindings(text, at)}
+    for b in _backward_calls(model, at.scope):
+        retain = b.retain_graph
+        if retain is not None and not (isinstance(retain, cst.Name) and retain.value == "False"):
+            continue
+        for root in _backward_roots(b.target):
+            if dotted_name(root) == text and mine & {id(x) for x in model.reaching_bindings(text, b.call)}:
+                return True
+    return False
+
+
 def backpropagated_names(model: FileModel, scope: Scope) -> set[str]:
     """Dotted names whose values flow into a backward target in ``scope``:
     names read by the target expression, followed through their bindings in
@@ -631,5 +940,5 @@ def _returned(scope: Scope) -> set[str]:
 __all__ = [
     "Provenance", "State", "provenance", "reaching_binding", "is_graph_attached", "computed_under_no_grad",
     "module_names", "is_module_call", "loss_names", "is_loss_call", "is_scalar_loss", "backward_target_names",
-    "is_backward_target", "backpropagated_names", "returned_names",
+    "is_backward_target", "backpropagated_names", "returned_names", "freed_by_backward", "loss_like",
 ]

@@ -3,10 +3,14 @@ seen through same-file helpers (``train_step(batch)`` called in a loop)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
+import libcst as cst
+
 from .model import Call, FileModel, Loop, Scope
+from .names import dotted_name
 from .steps import Backward, OptimizerStep, backward_call, optimizer_step
 
 _MAX_DEPTH = 3
@@ -29,18 +33,6 @@ class StepSite:
         """Pre-order index of the call that sits in the loop."""
         return self.via.order
 
-
-def _function_steps(model: FileModel, scope: Scope, depth: int) -> list[OptimizerStep]:
-    out = []
-    for c in model.calls_within(scope.order, scope.end):
-        s = optimizer_step(model, c)
-        if s is not None:
-            out.append(s)
-        elif depth < _MAX_DEPTH:
-            for callee in model.resolve_callee(c):
-                if callee is not scope:
-                    out += _function_steps(model, callee, depth + 1)
-    return out
 
 
 def runs_backward(model: FileModel, call: Call, *, accumulating_only: bool, depth: int = 0) -> bool:
@@ -118,3 +110,43 @@ def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
             return loop
         loop = loop.parent
     return None
+
+
+_ITER_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "islice", "reversed", "sorted", "list",
+                            "tuple", "cycle", "chain", "progress_bar", "track"})
+_DATA_SOURCE = re.compile(r"(loader|data|batch|dataset|sampler|iterator|^dl$|^ds$|_dl$|_ds$|episodes?$|^env)",
+                          re.I)
+
+
+def iterates_data(model: FileModel, loop: Loop) -> bool:
+    """Whether ``loop`` walks batches of a data source (a data loader, a
+    dataset, ``enumerate(train_loader)``, ``tqdm(loader)``...): each
+    iteration is an independent step, so nothing one iteration computes is
+    needed by the next. A loop over sequence positions or layers (an RNN
+    unrolled by hand) is not such a loop."""
+    node = loop.node
+    if not isinstance(node, cst.For):
+        return False
+    it: Optional[cst.BaseExpression] = node.iter
+    for _ in range(4):
+        if isinstance(it, cst.Call):
+            text = dotted_name(it.func) or ""
+            last = text.rsplit(".", 1)[-1]
+            if last in _ITER_WRAPPERS and it.args:
+                it = it.args[0].value
+                continue
+            if _DATA_SOURCE.search(last) or last[:1].isupper() and "Loader" in last:
+                return True
+            if isinstance(it.func, cst.Attribute):
+                it = it.func.value
+                continue
+            return False
+        break
+    text = dotted_name(it) if it is not None else None
+    return bool(text) and bool(_DATA_SOURCE.search(text.rsplit(".", 1)[-1]))
+
+
+def loop_trains(model: FileModel, loop: Loop) -> bool:
+    """Whether ``loop``'s body runs a backward (directly or through a
+    same-file helper), ``torch.autograd.grad`` included."""
+    return any(runs_backward(model, c, accumulating_only=False) for c in model.calls_within(loop.order, loop.end))

@@ -11,11 +11,13 @@ from ..analysis.model import Assign, FileModel, GradMode, _Located, names_in, wa
 from ..analysis.names import dotted_name
 from ..analysis.provenance import (
     backpropagated_names,
-    is_backward_target,
+    freed_by_backward,
     is_scalar_loss,
+    loss_like,
     provenance,
     returned_names,
 )
+from ..analysis.training import iterates_data, loop_trains
 from ..analysis.steps import backward_call
 from ..registry import Finding, Rule
 
@@ -23,6 +25,8 @@ _APPEND_METHODS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
 _CONTAINER_CTORS = frozenset({"list", "dict", "collections.deque", "collections.defaultdict",
                               "collections.OrderedDict", "deque", "defaultdict", "OrderedDict"})
 # Uses of a list of floats that work exactly like uses of a list of tensors.
+_CONCAT_FUNCS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack",
+                           "torch.hstack"})
 _FLOAT_SAFE_FUNCS = frozenset({"len", "sum", "print", "min", "max", "sorted", "statistics.mean", "numpy.mean",
                                "np.mean", "math.fsum", "enumerate", "zip", "list", "round"})
 
@@ -146,6 +150,12 @@ step.
                     yield _Store(a, a.node, t.text, [right], "accumulate")
                 elif dotted_name(right) == t.text:
                     yield _Store(a, a.node, t.text, [left], "accumulate")
+            elif a.kind == "assign" and t.text and isinstance(a.value, cst.Call) \
+                    and (model.qualname(a.value.func) or "") in _CONCAT_FUNCS and a.value.args \
+                    and isinstance(a.value.args[0].value, (cst.List, cst.Tuple)):
+                parts = [e.value for e in a.value.args[0].value.elements if isinstance(e, cst.Element)]
+                if any(dotted_name(p) == t.text for p in parts):
+                    yield _Store(a, a.node, t.text, [p for p in parts if dotted_name(p) != t.text], "accumulate")
             elif a.kind == "assign" and t.kind == "subscript" and t.container and isinstance(t.node, cst.Subscript):
                 yield _Store(a, a.node, t.container, [a.value], "subscript")
 
@@ -158,17 +168,19 @@ step.
         loop = s.fact.loop
         if loop is None:
             return False
-        bindings = model.bindings_of(s.container, s.fact.scope)
-        outside = [b for b in bindings if b.order < loop.order]
-        if not outside:
+        must = model.reaching_binding(s.container, s.fact)
+        if must is not None and loop.contains(must.order):
+            return False  # reset at every iteration before the store
+        reaching = model.reaching_bindings(s.container, s.fact)
+        outside = [b for b in reaching if b.order < loop.order]
+        if s.kind == "accumulate":
+            return bool(outside) or any(loop.contains(b.order) for b in reaching) or (
+                isinstance(s.fact, Assign) and s.fact.kind == "augassign")
+        if not outside or any(loop.contains(b.order) and b is not s.fact for b in reaching):
+            return False  # the container is (re)built inside the loop
+        last = outside[-1]
+        if last.kind not in ("assign", "annassign") or not _is_container_value(model, last.value):
             return False
-        inside = [b for b in bindings if loop.contains(b.order) and b is not s.fact]
-        if inside:
-            return False
-        if s.kind in ("append", "subscript"):
-            last = outside[-1]
-            if last.kind not in ("assign", "annassign") or not _is_container_value(model, last.value):
-                return False
         if s.kind == "subscript":
             return self._key_varies(model, s)
         return True
@@ -222,6 +234,20 @@ step.
                     return False
         return True
 
+    @staticmethod
+    def _step_loop(model: FileModel, s: _Store) -> bool:
+        """Whether the store's loop iterates over steps whose graphs are
+        independent: it runs a backward, or it walks batches of a data
+        source (an evaluation loop). A loop over sequence positions without
+        a backward is a forward computation (an RNN unrolled by hand) whose
+        collected outputs are the result, not a leak. Stores into ``self``
+        attributes outlive every loop."""
+        loop = s.fact.loop
+        if loop is None or s.container.startswith("self."):
+            return True
+        return loop_trains(model, loop) or iterates_data(model, loop) or any(
+            loop_trains(model, outer) or iterates_data(model, outer) for outer in s.fact.loops[:-1])
+
     # -- fix ------------------------------------------------------------------------
     def _fix(self, model: FileModel, s: _Store, value: cst.BaseExpression):
         if not isinstance(value, cst.Name) or s.kind == "subscript" or s.container.startswith("self."):
@@ -255,7 +281,20 @@ step.
 
     # -- check ----------------------------------------------------------------------
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for s in self._stores(model):
+        reported: dict[int, set[str]] = {}
+        for s, finding in self._findings(model):
+            # A store of a value read from an already reported container or
+            # accumulator (``history.append(running_loss / n)``) has the same
+            # root cause: report the root only.
+            root = reported.setdefault(id(s.fact.scope), set())
+            if any(names_in(v) & root for v in s.values):
+                continue
+            root.add(s.container)
+            yield finding
+
+    def _findings(self, model: FileModel) -> Iterator[tuple[_Store, Finding]]:
+        stores = sorted(self._stores(model), key=lambda st: st.fact.order)
+        for s in stores:
             scope = s.fact.scope
             mode = model.grad_mode(s.fact)
             if mode is GradMode.DISABLED:
@@ -264,27 +303,27 @@ step.
                 continue
             if s.container in backpropagated_names(model, scope):  # memoised per file
                 continue
-            if s.container in returned_names(model, scope) and not self._result_discarded(model, scope):
-                continue
+            if s.container in returned_names(model, scope) and not self._result_discarded(model, scope) \
+                    and not all(freed_by_backward(model, v, s.fact) for v in s.values):
+                continue  # the caller may backpropagate the returned container on purpose
             if s.container.startswith("self.") and any(
                     s.container in backpropagated_names(model, sc) for sc in model.scopes):
                 continue
+            if not self._step_loop(model, s):
+                continue
             for value in s.values:
-                if mode is GradMode.ENABLED:
-                    p = provenance(model, value, s.fact)
-                    if not p.attached or not p.sources:  # a bare leaf holds no graph
-                        continue
-                else:  # UNKNOWN: only a name backpropagated in this very scope is evidence enough
-                    if not is_backward_target(model, value, s.fact):
-                        continue
-                    p = None
+                p = provenance(model, value, s.fact)
+                if not p.attached or not p.sources:  # a bare leaf holds no graph
+                    continue
+                if p.weak and not loss_like(model, value, s.fact):
+                    continue  # an unknown callee's result: only a loss-like value is evidence
                 shown = model.module.code_for_node(value)
                 if len(shown) > 30:
                     shown = "the stored tensor"
                 else:
                     shown = f"`{shown}`"
-                loss_like = p is None or is_scalar_loss(model, value, s.fact)
-                what = ("its autograd graph" if loss_like
+                scalar = is_scalar_loss(model, value, s.fact)
+                what = ("its autograd graph" if scalar
                         else "its autograd graph and every activation saved for backward")
                 if s.kind == "accumulate":
                     msg = (f"`{s.container}` accumulates {shown} with {what} across iterations, so memory grows "
@@ -293,5 +332,6 @@ step.
                     msg = (f"{shown} is stored in `{s.container}` with {what}, kept alive across iterations so "
                            "memory grows every step; store `.item()` or `.detach()` instead")
                 fix = self._fix(model, s, value)
-                yield Finding.from_text(s.node, msg, fix=fix, fix_safe=True) if fix else Finding.from_text(s.node, msg)
+                yield s, (Finding.from_text(s.node, msg, fix=fix, fix_safe=True) if fix
+                          else Finding.from_text(s.node, msg))
                 break

@@ -1,0 +1,93 @@
+"""The torch vocabulary the analysis layer shares: one table per fact.
+
+Every rule and analysis module asks these tables instead of keeping its own
+copy (a second copy drifts). Names are compared after alias resolution
+(:mod:`.names`), so ``torch.nn.functional.cross_entropy`` means
+``F.cross_entropy`` whatever ``F`` was imported as.
+
+PyTorch docs: ``torch`` (tensor creation ops), ``torch.Tensor`` (methods),
+``torch.nn`` (loss modules, layers), ``torch.nn.functional`` (loss functions),
+"Autograd mechanics" (what keeps or drops a graph).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Tensor creation ops (``torch.<name>``): a fresh tensor with no graph, a leaf
+# that requires grad with ``requires_grad=True``.
+FACTORIES = frozenset({
+    "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+    "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
+    "randn_like", "randint_like", "normal", "bernoulli", "multinomial", "Tensor", "FloatTensor", "LongTensor",
+    "manual_seed", "device", "Generator",
+})
+
+# ``torch.<name>`` functions that are differentiable in their tensor arguments.
+DIFFERENTIABLE = frozenset({
+    "stack", "cat", "concat", "hstack", "vstack", "sum", "mean", "matmul", "mm", "bmm", "exp", "log", "sqrt", "abs",
+    "pow", "clamp", "tanh", "sigmoid", "relu", "softmax", "log_softmax", "norm", "cdist", "einsum", "where",
+    "maximum", "minimum", "square", "flatten", "reshape", "squeeze", "unsqueeze", "add", "mul", "sub", "div", "std",
+    "var", "logsumexp", "prod", "dot", "outer", "sin", "cos", "max", "min", "gather", "index_select", "masked_select",
+    "transpose", "permute", "chunk", "split", "narrow", "cumsum", "diagonal", "trace", "tril", "triu", "clip",
+    "real", "imag", "lerp", "addmm", "baddbmm", "mv", "kron", "roll", "flip", "repeat_interleave", "squeeze",
+})
+
+# ``torch.nn.functional`` functions that are not differentiable.
+FUNCTIONAL_NOT_DIFFERENTIABLE = frozenset({"one_hot"})
+
+# ``torch.nn.functional`` loss functions (any ``*_loss`` counts too).
+LOSS_FUNCTIONALS = frozenset({
+    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss", "cosine_embedding_loss",
+    "hinge_embedding_loss", "margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss",
+    "multilabel_soft_margin_loss", "soft_margin_loss", "triplet_margin_loss", "ctc_loss",
+    "triplet_margin_with_distance_loss",
+})
+
+# Tensor methods whose result stays in the graph of their receiver.
+GRAPH_KEEPING_METHODS = frozenset({
+    "mean", "sum", "view", "view_as", "reshape", "reshape_as", "to", "cpu", "cuda", "float", "double", "half",
+    "bfloat16", "squeeze", "unsqueeze", "flatten", "abs", "pow", "sqrt", "exp", "log", "clone", "contiguous",
+    "norm", "mul", "add", "sub", "div", "neg", "clamp", "permute", "transpose", "t", "expand", "expand_as",
+    "repeat", "softmax", "log_softmax", "sigmoid", "tanh", "relu", "matmul", "mm", "bmm", "type", "type_as",
+    "select", "narrow", "prod", "std", "var", "square", "logsumexp", "masked_fill", "gather", "index_select",
+    "unflatten", "movedim", "sin", "cos", "mul_", "add_", "div_", "sub_", "max", "min", "diagonal", "chunk",
+    "split", "cumsum", "squeeze_", "unsqueeze_", "clamp_", "masked_fill_", "log1p", "expm1", "rsqrt",
+    "reciprocal", "sign", "floor", "ceil", "round", "trunc", "amax", "amin", "logit", "roll", "flip",
+})
+# Methods that may return their receiver unchanged (``x.to(dev)`` when ``x``
+# is already there): under no_grad they do not prove a detached result.
+MAY_RETURN_SELF = frozenset({"to", "cpu", "cuda", "float", "double", "half", "bfloat16", "type", "type_as",
+                             "contiguous", "detach_", "requires_grad_"})
+# Methods whose result holds no graph whatever the receiver.
+DETACHING_METHODS = frozenset({"item", "tolist", "detach", "numpy"})
+# In-place detach cuts the path too.
+DETACH_IN_PLACE = frozenset({"detach_"})
+# Builtins whose result is a plain Python value.
+DETACHING_BUILTINS = frozenset({"float", "int", "bool", "len", "round", "str", "repr"})
+# Methods whose result is graph-free whatever the receiver (module and container bookkeeping).
+OBJECT_METHODS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "children",
+                            "modules", "state_dict", "size", "dim", "numel", "keys", "items", "argmax", "argmin",
+                            "nelement", "element_size", "is_contiguous", "data_ptr", "get_device", "ndimension"})
+
+# A loss module: ``torch.nn.<Name>Loss``. A loss-like name for values and callees.
+LOSS_NAME = re.compile(r"^(criterion|loss_fn|loss_func|loss_function|lossfn|objective)(_\w+)?$"
+                       r"|^\w+_(criterion|loss_fn)$")
+# Names of values that a script keeps as loss terms (``imput_mse``, ``kl``, ``nll``...).
+LOSS_VALUE_NAME = re.compile(r"(^|_)(loss|losses|mse|nll|kld|kl|bce|ce|elbo)(_|\d|$)", re.I)
+# Callees named like a loss function (``GaussianNegLogLik``, ``mse``, ``my_loss``).
+LOSS_CALLEE_NAME = re.compile(r"(loss|mse|nll|neglog|kld|kl_div|elbo|cross_entropy)", re.I)
+
+# Grad-mode context managers (see :mod:`.grad_mode`).
+INFERENCE_MODE = "torch.inference_mode"
+
+# GradScaler methods that pass their tensor argument through (``scaler.scale(loss)``).
+SCALER_PASS_THROUGH = frozenset({"scale"})
+
+# Methods that run a module's forward (``model.generate(...)`` runs the decoder forward).
+FORWARD_METHODS = frozenset({"forward", "generate", "predict", "predict_step", "sample"})
+
+# Layers whose forward depends on ``training`` (dropout, batch norm and the
+# layers that contain them).
+MODE_LAYER = re.compile(r"Dropout|BatchNorm|SyncBatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
