@@ -36,6 +36,16 @@ def _hook_repo(tmp_path):
     return repo
 
 
+def _project(tmp_path, name, text):
+    """A user's git repository holding one staged file ``name``."""
+    project = tmp_path / "user-project"
+    project.mkdir()
+    _git(project, "init", "-q")
+    (project / name).write_text(text)
+    _git(project, "add", name)
+    return project
+
+
 @pytest.fixture(scope="module")
 def hooks(tmp_path_factory):
     """The hook repository and a pre-commit home shared by this module's
@@ -49,12 +59,8 @@ def hooks(tmp_path_factory):
 @pytest.mark.slow
 def test_hook_fails_on_bad_file_and_passes_when_fixed(tmp_path, hooks):
     hook_repo, env = hooks
-    project = tmp_path / "user-project"
-    project.mkdir()
-    _git(project, "init", "-q")
+    project = _project(tmp_path, "train.py", BAD)
     target = project / "train.py"
-    target.write_text(BAD)
-    _git(project, "add", "train.py")
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint", "--files", "train.py"]
 
     bad = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
@@ -88,14 +94,10 @@ def test_hook_lints_a_notebook(tmp_path, hooks):
     import json
 
     hook_repo, env = hooks
-    project = tmp_path / "user-project"
-    project.mkdir()
-    _git(project, "init", "-q")
     cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
             "source": BAD.splitlines(keepends=True)}
-    (project / "nb.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
-                                                  "nbformat_minor": 5}))
-    _git(project, "add", "nb.ipynb")
+    project = _project(tmp_path, "nb.ipynb", json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                                         "nbformat_minor": 5}))
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint", "--all-files"]
     out = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 1, out.stdout + out.stderr
@@ -108,12 +110,8 @@ LOSSES = (ROOT / "fixtures" / "TGL101" / "bad_losses_append.py").read_text()
 @pytest.mark.slow
 def test_fix_hook_applies_the_safe_fix(tmp_path, hooks):
     hook_repo, env = hooks
-    project = tmp_path / "user-project"
-    project.mkdir()
-    _git(project, "init", "-q")
+    project = _project(tmp_path, "train.py", LOSSES)
     target = project / "train.py"
-    target.write_text(LOSSES)
-    _git(project, "add", "train.py")
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint-fix", "--files", "train.py"]
 
     first = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
