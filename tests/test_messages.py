@@ -93,6 +93,10 @@ def test_sarif_has_the_short_message_the_detail_and_the_fix(isolated_cwd, capsys
     assert change["replacements"] == [{"deletedRegion": {"startLine": 10, "startColumn": 19, "endLine": 10,
                                                          "endColumn": 23},
                                        "insertedContent": {"text": "loss.item()"}}]
+    sarif = pytest.importorskip("sarif_pydantic.sarif")
+    model = sarif.Sarif.model_validate(json.loads(out))  # the fix is valid SARIF 2.1.0
+    (validated,) = model.runs[0].results[0].fixes
+    assert validated.artifact_changes[0].replacements[0].inserted_content.text == "loss.item()"
 
 
 def test_statistics_honour_json(isolated_cwd, capsys):
