@@ -313,7 +313,7 @@ class FileModel:
         loop body that ``at`` is outside of is ambiguous: ``None`` is returned
         and rules stay silent.
         """
-        before = [a for a in self.bindings_of(text, at.scope) if a.order < at.order]
+        before = [a for a in self.bindings_of(text, at.scope) if a.order < at.order and a.statement is not at.statement]
         if not before:
             return None
         last = before[-1]
@@ -323,7 +323,7 @@ class FileModel:
         """Whether ``binding`` runs whenever ``at`` runs, before it: same
         statement, or a suite of ``binding`` that encloses ``at`` (``with``
         bodies always run, so they count as their enclosing suite)."""
-        if binding.statement is at.statement or binding.dominates(at):
+        if binding.dominates(at):
             return True
         bodies = self.with_bodies
         mine = tuple(b for b in binding.blocks if id(b) not in bodies)
@@ -340,7 +340,9 @@ class FileModel:
         ``at`` (a parameter counts as a binding).
         """
         mine = self.bindings_of(text, at.scope)
-        before = [a for a in mine if a.order < at.order]
+        # A statement binds after it evaluates its expressions (``h = rnn(x, h)``
+        # reads the previous ``h``), so its own binding does not reach reads in it.
+        before = [a for a in mine if a.order < at.order and a.statement is not at.statement]
         out: list[Assign] = []
         must: Optional[Assign] = None
         for a in reversed(before):
@@ -352,10 +354,22 @@ class FileModel:
         for loop in at.loops:
             if must is not None and loop.contains(must.order):
                 continue  # the next iteration rebinds it before ``at`` again
-            for a in mine:
-                if a.order > at.order and loop.contains(a.order) and a not in out:
+            # What the previous iteration left: the bindings from ``at`` to the
+            # end of the body, back to the last one that always runs.
+            tail = [a for a in mine if (a.order > at.order or a.statement is at.statement) and loop.contains(a.order)]
+            for a in reversed(tail):
+                if a not in out:
                     out.append(a)
+                if self.always_runs_in(loop, a):
+                    break
         return out
+
+    def always_runs_in(self, loop: Loop, fact: _Located) -> bool:
+        """Whether ``fact`` sits directly in ``loop``'s body (``with`` bodies
+        count as the suite around them): it runs on every iteration."""
+        body = getattr(loop.node, "body", None)
+        blocks = [b for b in fact.blocks if id(b) not in self.with_bodies]
+        return bool(blocks) and blocks[-1] is body
 
     def returns_of(self, scope: Scope) -> list["Return"]:
         """The ``return`` statements whose own scope is ``scope``."""

@@ -102,7 +102,7 @@ _CONST = Provenance(State.DETACHED)
 _MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
     r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
-_MAX_DEPTH = 12
+_MAX_DEPTH = 32
 _MAX_CALL_DEPTH = 3
 
 
@@ -295,7 +295,8 @@ def _join(parts: list[Provenance]) -> Provenance:
     if all(p.detached for p in parts):
         return Provenance(State.DETACHED, tuple(r for p in parts for r in p.no_grad),
                           tuple(e for p in parts for e in p.explicit), inference=inference)
-    return _unknown(inference)
+    return Provenance(State.UNKNOWN, sources=tuple(s for p in parts if not p.detached for s in p.sources),
+                      inference=inference)
 
 
 def _combine(parts: list[Provenance]) -> Provenance:
@@ -303,14 +304,21 @@ def _combine(parts: list[Provenance]) -> Provenance:
     inference = any(p.inference for p in parts)
     attached = [p for p in parts if p.attached]
     if attached:
-        return Provenance(State.ATTACHED, sources=tuple(s for p in attached for s in p.sources),
+        return Provenance(State.ATTACHED, sources=tuple(s for p in parts if not p.detached for s in p.sources),
                           inference=inference, weak=all(p.weak for p in attached))
     if parts and all(p.detached for p in parts):
         return Provenance(State.DETACHED, tuple(r for p in parts for r in p.no_grad),
                           tuple(e for p in parts for e in p.explicit), inference=inference)
     if not parts:
         return _CONST
-    return _unknown(inference)
+    return Provenance(State.UNKNOWN, sources=tuple(s for p in parts if not p.detached for s in p.sources),
+                      inference=inference)
+
+
+def _grown(node: cst.CSTNode, parts: list[Provenance]) -> tuple[cst.CSTNode, ...]:
+    """Sources of a value that ``node`` computes from ``parts``: the node
+    itself and every source of its attached inputs (the graph it extends)."""
+    return (node,) + tuple(s for p in parts if p.attached for s in p.sources)
 
 
 def _no_grad_region(model: FileModel, at: _Located) -> Optional[Region]:
@@ -391,6 +399,9 @@ def _backward_roots(target: Optional[cst.BaseExpression]) -> list[cst.BaseExpres
         return [target]
     if isinstance(target, cst.Subscript):  # ``output["loss"].backward()``: the dict holds a graph
         return _backward_roots(target.value)
+    if isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) and not target.args \
+            and target.func.attr.value in ("sum", "mean"):  # ``out.sum().backward()``
+        return _backward_roots(target.func.value)
     if isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) \
             and target.func.attr.value in torch_api.SCALER_PASS_THROUGH and target.args:
         return _backward_roots(target.args[0].value)
@@ -444,7 +455,7 @@ class _Evaluator:
         # A value that a backward of this scope backpropagates holds a graph.
         marked = _backpropagated_bindings(m, at.scope).get(text)
         if marked and any(id(b) in marked for b in bindings) and not p.detached \
-                and not self._items_replaced(text, bindings[-1], at):
+                and not self._items_replaced(text, bindings[-1], at) and bindings[-1].kind != "for":
             last = bindings[-1]
             src = (last.value,) if last.value is not None else (last.node,)
             return Provenance(State.ATTACHED, sources=p.sources or src, inference=p.inference)
@@ -464,6 +475,9 @@ class _Evaluator:
             if frame is not None and text in frame:
                 return frame[text]
             return _UNKNOWN
+        if b.kind == "for" and b.value is not None and not b.unpacked:
+            items = self.expr(b.value, b, depth + 1)  # elements of an attached container hold graphs
+            return items if items.attached else _unknown(items.inference)
         if b.value is None or b.kind in ("for", "with"):
             return _UNKNOWN
         if _requires_grad_later(self.m, text, b, at):
@@ -497,7 +511,7 @@ class _Evaluator:
                 return self.expr(els[index].value, b, depth + 1)
             return _UNKNOWN
         if isinstance(value, cst.Call):
-            returned = self.same_file_call(value, b, depth, index)
+            returned = self._at_call_site(value, b, depth, self.same_file_call(value, b, depth, index))
             if returned is not None:
                 return returned
         whole = self.expr(value, b, depth + 1)
@@ -547,6 +561,15 @@ class _Evaluator:
         finally:
             self.call_depth -= 1
             del self.env[id(callee)]
+
+    def _at_call_site(self, node: cst.Call, at: _Located, depth: int,
+                      returned: Optional[Provenance]) -> Optional[Provenance]:
+        """A same-file call's result with its graph named by the call site
+        (two calls of one helper build two graphs) plus its arguments'."""
+        if returned is None or not returned.attached:
+            return returned
+        return Provenance(State.ATTACHED, sources=_grown(node, self._taint(node, at, depth)),
+                          inference=returned.inference, weak=returned.weak)
 
     def _bind_params(self, fact: Call, callee: Scope, at: _Located, depth: int) -> dict[str, Provenance]:
         params = list(callee.params)
@@ -703,7 +726,7 @@ class _Evaluator:
                 if parts and all(p.detached for p in parts):
                     # a loss with parameters of its own would still be attached
                     return _combine(parts) if _parameter_free_loss(m, node) else _unknown(inference)
-                return Provenance(State.ATTACHED, sources=(node,), inference=inference)
+                return Provenance(State.ATTACHED, sources=_grown(node, parts), inference=inference)
             return self._op(at, parts if mode is GradMode.DISABLED else [_unknown(inference)], node)
         if is_module_call(m, node):
             parts = self._taint(node, at, depth)
@@ -712,7 +735,7 @@ class _Evaluator:
             if cut is not None:
                 return cut
             if mode is GradMode.ENABLED:
-                return Provenance(State.ATTACHED, sources=(node,), inference=inference)
+                return Provenance(State.ATTACHED, sources=_grown(node, parts), inference=inference)
             return self._op(at, parts if mode is GradMode.DISABLED else [_unknown(inference)], node)
         if isinstance(func, cst.Attribute) and qn and qn.startswith("torch.") and m.names.qualify(
                 dotted_name(func.value)) in ("torch", "torch.nn.functional"):
@@ -739,7 +762,7 @@ class _Evaluator:
             return self._torch_function(qn, node, at, depth)
         if text == "sum" and qn == "sum":
             return self._op(at, [self.expr(v, at, depth + 1) for v in _arg_values(node)], node)
-        returned = self.same_file_call(node, at, depth)
+        returned = self._at_call_site(node, at, depth, self.same_file_call(node, at, depth))
         if returned is not None:
             if mode is GradMode.DISABLED and not returned.detached:
                 return self._op(at, [returned], node)
@@ -750,7 +773,11 @@ class _Evaluator:
             parts.append(self.expr(func.value, at, depth + 1))
         inference = any(p.inference for p in parts)
         if mode is GradMode.ENABLED and any(p.attached and p.sources and not p.weak for p in parts):
-            return Provenance(State.ATTACHED, sources=(node,), inference=inference, weak=True)
+            return Provenance(State.ATTACHED, sources=_grown(node, parts), inference=inference, weak=True)
+        if mode is GradMode.ENABLED:
+            # unknown, but if it is a graph, this call is where it is built
+            return Provenance(State.UNKNOWN, sources=(node,) + tuple(
+                s for p in parts if not p.detached for s in p.sources), inference=inference)
         return _unknown(inference)
 
     def _in_inference(self, at: _Located) -> bool:

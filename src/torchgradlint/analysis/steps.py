@@ -215,3 +215,41 @@ def foreign_framework_file(model: FileModel) -> bool:
     if model.names.imports_torch:
         return False
     return any(v.split(".")[0] in _FOREIGN_FRAMEWORKS for v in model.names.aliases.values())
+
+
+_PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+
+def optimizer_modules(model: FileModel, optimizer: Optional[str]) -> Optional[frozenset[str]]:
+    """Dotted names of the modules whose parameters the optimizer
+    ``optimizer`` updates, read from its ``torch.optim`` constructor in this
+    file (``Adam(list(E.parameters()) + list(G.parameters()))`` -> ``{E, G}``);
+    ``None`` when the constructor or its parameters cannot be seen."""
+    if not optimizer:
+        return None
+    binding = optimizer_constructors(model).get(optimizer)
+    if binding is None or not isinstance(binding.value, cst.Call) or not binding.value.args:
+        return None
+    first = binding.value.args[0].value
+    found: set[str] = set()
+    for call in model.calls_within(binding.order, binding.order + 10**9):
+        if call.order > binding.order and call.statement is not binding.statement:
+            break
+        if call.method in _PARAMETER_METHODS and call.receiver_text and _inside(call.node, first):
+            found.add(call.receiver_text)
+    return frozenset(found) or None
+
+
+def _inside(node: cst.CSTNode, root: cst.CSTNode) -> bool:
+    from .tree import walk
+
+    return any(n is node for n in walk(root))
+
+
+def covers(modules: frozenset[str], callee: Optional[str]) -> bool:
+    """Whether a forward through ``callee`` (``self.enc``, ``D``) uses
+    parameters of one of ``modules`` (the module itself, a part of it, or a
+    module it is part of)."""
+    if not callee:
+        return False
+    return any(callee == m or callee.startswith(m + ".") or m.startswith(callee + ".") for m in modules)

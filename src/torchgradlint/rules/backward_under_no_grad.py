@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from ..analysis.model import Assign, Call, FileModel, GradMode, Region, names_in
-from ..analysis.provenance import computed_under_no_grad
+from ..analysis.provenance import computed_under_no_grad, provenance
 from ..analysis.steps import backward_call, is_true
 from ..registry import Finding, Rule
 
@@ -88,6 +88,14 @@ with torch.no_grad():
             b = backward_call(model, call)
             if b is None or b.target is None:
                 continue
+            graph = provenance(model, b.target, call)
+            if graph.inference and not graph.detached:
+                yield Finding(call.node, (
+                    f"{_short(model, b.target)} depends on a tensor created under `torch.inference_mode()`; "
+                    "autograd cannot save inference tensors for backward, so this raises \"Inference tensors "
+                    "cannot be saved for backward\"; create it under `torch.no_grad()` instead (or `.clone()` "
+                    "it outside inference mode)"))
+                continue
             region = computed_under_no_grad(model, b.target, call)
             target = model.module.code_for_node(b.target)
             if len(target) > 40:
@@ -124,3 +132,8 @@ with torch.no_grad():
                     and names & names_in(a.value) and model.grad_mode(a) is GradMode.DISABLED:
                 return a
         return None
+
+
+def _short(model: FileModel, node) -> str:
+    text = model.module.code_for_node(node)
+    return f"`{text}`" if len(text) <= 40 and "\n" not in text else "the tensor"

@@ -6,9 +6,11 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis.loop_state import IterationAnalysis, backward_follows_in_iteration
-from ..analysis.model import FileModel, is_literal
-from ..analysis.steps import backward_call, is_true
+from ..analysis.model import Call, FileModel, Loop, is_literal, names_in
+from ..analysis.provenance import call_fact, is_module_call, provenance
+from ..analysis.steps import backward_call, covers, is_true, optimizer_modules, optimizer_step
+from ..analysis.training import runs_backward
+from ..analysis.tree import walk
 from ..registry import Finding, Rule
 
 
@@ -88,9 +90,9 @@ for x, y in chunks:
 """
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        analysis = None
         for call in model.calls:
-            if call.loop is None:
+            loop = call.loop
+            if loop is None:
                 continue
             bw = backward_call(model, call)
             if bw is None or not is_true(bw.retain_graph):
@@ -98,16 +100,30 @@ for x, y in chunks:
             create = bw.create_graph
             if create is not None and not is_literal(create, False):
                 continue  # higher-order gradients reuse the graph on purpose
-            if backward_follows_in_iteration(model, call):
+            graph = provenance(model, bw.target, call)
+            if not graph.attached or not graph.sources:
                 continue
-            if analysis is None:
-                analysis = IterationAnalysis(model)
-            found = analysis.slice(bw.target, call, call.loop)
-            if not found.fresh_graph:
-                continue
+            inside = _node_ids(model, loop)
+            if not any(id(src) in inside for src in graph.sources):
+                continue  # nothing is rebuilt per iteration: rows of a Jacobian over one graph
+            verdict = _later_use(model, call, graph, loop)
+            if verdict is None:
+                continue  # a later backward needs the retained graph (or cannot be told)
             what = _describe(model, bw.target)
-            if found.carried:
-                name, binding = next(iter(sorted(found.carried.items())))
+            if isinstance(verdict, Call):
+                step = optimizer_step(model, verdict)
+                opt = step.optimizer if step is not None and step.optimizer else "the optimizer"
+                yield Finding(call.node, (
+                    f"the graph of {what} is retained for a later backward in the iteration, but `{opt}.step()` "
+                    "updates weights that graph saved in between, so that backward uses stale saved tensors "
+                    "(it raises \"modified by an inplace operation\"); run both backwards before the step, or "
+                    "recompute the forward after it"))
+                continue
+            carried = _carried(model, bw.target, call, loop)
+            if carried is not None and _detached_now_and_then(model, carried[0], call, loop):
+                continue  # truncated BPTT every k steps: the graph is needed until the next cut
+            if carried is not None:
+                name, binding = carried
                 stmt = model.module.code_for_node(binding.node).strip().splitlines()[0]
                 msg = (f"`retain_graph=True` on the last backward of the iteration keeps the graph of {what} "
                        f"alive, and `{name}` carries it into the next iteration (`{stmt}`), so every step "
@@ -115,11 +131,94 @@ for x, y in chunks:
                        f"the carried state each iteration (`{name} = {name}.detach()`, truncated BPTT) and "
                        "drop `retain_graph=True`")
             else:
-                msg = (f"`retain_graph=True` on the last backward of the iteration keeps the graph of {what} "
-                       "alive although the next iteration rebuilds it, so the saved tensors of every "
+                msg = (f"`retain_graph=True` keeps the graph of {what} alive although no later backward of the "
+                       "iteration uses it and the next iteration rebuilds it, so the saved tensors of every "
                        "iteration stay in memory until the next forward pass replaces them; drop "
                        "`retain_graph=True`")
             yield Finding.from_text(call.node, msg)
+
+
+def _node_ids(model: FileModel, loop: Loop) -> frozenset[int]:
+    """Ids of every node inside ``loop`` (memoised per loop)."""
+    key = ("loop-node-ids", id(loop))
+    found = model.memo.get(key)
+    if found is None:
+        found = model.memo[key] = frozenset(id(n) for n in walk(loop.node))
+    return found  # type: ignore[return-value]
+
+
+def _later_use(model: FileModel, call: Call, graph, loop: Loop):
+    """How the retained graph is used later in the same iteration.
+
+    ``"unused"`` when no later backward of the iteration shares any part of
+    its graph; the optimizer-step :class:`Call` when a later backward shares
+    a module call whose parameters that step updated in between; ``None``
+    when a later backward legitimately shares it, or when a later backward's
+    graph cannot be told (a helper, an unknown target).
+    """
+    mine = {id(s): s for s in graph.sources}
+    outer = call.loops[0]  # the iteration of every enclosing loop of the scope goes on after ``call``
+    later = [c for c in model.calls_within(call.order + 1, outer.end) if c.scope is call.scope]
+    shared_any = False
+    for other in later:
+        bw = backward_call(model, other)
+        if bw is None:
+            if runs_backward(model, other, accumulating_only=False):
+                return None  # a helper backpropagates: what it shares cannot be told
+            continue
+        theirs = provenance(model, bw.target, other)
+        if not theirs.attached and not theirs.sources:
+            return None
+        shared = [mine[id(s)] for s in theirs.sources if id(s) in mine]
+        if not shared:
+            continue
+        shared_any = True
+        for step_call in later:
+            if not (call.order < step_call.order < other.order):
+                continue
+            step = optimizer_step(model, step_call)
+            modules = optimizer_modules(model, step.optimizer) if step is not None else None
+            if modules is None:
+                continue
+            for src in shared:
+                fact = call_fact(model, src)
+                if fact is not None and is_module_call(model, src) and covers(modules, fact.func_text):
+                    return step_call
+    return None if shared_any else "unused"
+
+
+def _detached_now_and_then(model: FileModel, name: str, call: Call, loop: Loop) -> bool:
+    """Whether ``name`` is detached inside ``loop`` only on some iterations
+    (``if t % k == 0: h = h.detach()``)."""
+    for b in model.bindings_of(name, call.scope):
+        if loop.contains(b.order) and isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Attribute) \
+                and b.value.func.attr.value in ("detach", "detach_") and not model.always_runs_in(loop, b):
+            return True
+    return any(loop.contains(c.order) and c.receiver_text == name and c.method == "detach_"
+               and not model.always_runs_in(loop, c) for c in model.calls_in_scope(call.scope))
+
+
+def _carried(model: FileModel, target, call: Call, loop: Loop):
+    """A name on the target's path whose value flows in from the previous
+    iteration without being detached (``h`` in ``out, h = rnn(x, h)``), with
+    the binding that carries it; ``None`` if there is none."""
+    todo = [(n, call) for n in names_in(target)]
+    seen: set[tuple[str, int]] = set()
+    while todo and len(seen) < 60:
+        name, point = todo.pop()
+        if (name, id(point)) in seen:
+            continue
+        seen.add((name, id(point)))
+        for b in model.reaching_bindings(name, point):
+            if not loop.contains(b.order) or b.value is None or b.kind not in ("assign", "annassign", "augassign"):
+                continue
+            wrapped = b.order > point.order or b.statement is point.statement
+            if wrapped:
+                if not provenance(model, b.value, b).detached and isinstance(b.value, (cst.Call, cst.BinaryOperation)):
+                    return name, b
+                continue
+            todo += [(n, b) for n in names_in(b.value)]
+    return None
 
 
 def _describe(model: FileModel, target: "cst.BaseExpression | None") -> str:
