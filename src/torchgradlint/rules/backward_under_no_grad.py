@@ -90,7 +90,7 @@ with torch.no_grad():
                 continue
             graph = provenance(model, b.target, call)
             if graph.inference and not graph.detached:
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"{_short(model, b.target)} depends on a tensor created under `torch.inference_mode()`; "
                     "autograd cannot save inference tensors for backward, so this raises \"Inference tensors "
                     "cannot be saved for backward\"; create it under `torch.no_grad()` instead (or `.clone()` "

@@ -113,7 +113,7 @@ for x, y in chunks:
             if isinstance(verdict, Call):
                 step = optimizer_step(model, verdict)
                 opt = step.optimizer if step is not None and step.optimizer else "the optimizer"
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"the graph of {what} is retained for a later backward in the iteration, but `{opt}.step()` "
                     "updates weights that graph saved in between, so that backward uses stale saved tensors "
                     "(it raises \"modified by an inplace operation\"); run both backwards before the step, or "
