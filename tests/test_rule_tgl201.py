@@ -61,9 +61,25 @@ with torch.no_grad():
 
 def test_hf_trainer_train_is_not_a_module_train():
     assert lines("""
+model.eval()
 trainer.train()
 with torch.no_grad():
     out = model(x_val)
+""") == []
+
+
+def test_freshly_constructed_module_is_in_training_mode():
+    assert lines("""
+with torch.no_grad():
+    out = model(x_val)
+""") == [3]
+
+
+def test_constructed_in_eval_mode_is_silent():
+    assert lines("""
+frozen = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).eval()
+with torch.no_grad():
+    out = frozen(x_val)
 """) == []
 
 
@@ -109,9 +125,23 @@ with torch.no_grad():
 """) == [8]
 
 
-def test_never_trained_teacher_is_silent():
+def test_constructed_teacher_with_dropout_is_flagged():
+    # A module starts in training mode: the teacher's dropout is active under no_grad.
     assert lines("""
 teacher = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+for x in loader:
+    with torch.no_grad():
+        soft = teacher(x)
+    optimizer.zero_grad()
+    (model(x) - soft).pow(2).mean().backward()
+    optimizer.step()
+""") == [5]
+
+
+def test_teacher_put_in_eval_is_silent():
+    assert lines("""
+teacher = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+teacher.eval()
 for x in loader:
     with torch.no_grad():
         soft = teacher(x)
@@ -134,6 +164,7 @@ for x in loader:
 
 def test_eval_at_end_of_loop_body_reaches_next_iteration():
     assert lines("""
+model.eval()
 for epoch in range(3):
     with torch.no_grad():
         out = model(x_val)

@@ -62,6 +62,13 @@ _MODE_LAYER = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReL
 # Source tokens that make a class's forward depend on ``training``.
 _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|\bdropout|batch_norm|"
                           r"\.training\b|track_running_stats")
+# ``dropout=0`` / ``p=0.0`` keyword arguments: the layer never drops anything.
+_ZERO_DROPOUT = re.compile(r"\b(dropout|p|drop_rate|attn_drop|proj_drop|dropout_p)\s*=\s*0(\.0*)?\b")
+# Libraries of plain numerics and utilities: their names in a class body say
+# nothing about dropout or batch norm.
+_NUMERIC_MODULES = frozenset({"numpy", "scipy", "einops", "random", "math", "os", "sys", "time", "logging",
+                              "warnings", "copy", "re", "json", "pickle", "pathlib", "inspect", "string",
+                              "numbers", "contextlib", "weakref", "types", "enum", "abc", "typing_extensions"})
 _STD_MODULES = frozenset({"math", "typing", "dataclasses", "collections", "functools", "itertools",
                           "__future__", "enum", "abc", "numbers", "operator"})
 
@@ -202,14 +209,14 @@ def _class_sensitive(model: FileModel, name: str, seen: set[str]) -> bool:
         if b not in _MODULE_BASES and last not in module_classes(model):
             return True  # a base we cannot see may use dropout or batch norm
     code = model.module.code_for_node(info.node)
-    if _MODE_SOURCE.search(code):
+    if _MODE_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
         return True
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word != name and word in module_classes(model):
             if _class_sensitive(model, word, seen):
                 return True
         target = model.names.aliases.get(word)
-        if target and target.split(".")[0] not in ("torch", *_STD_MODULES):
+        if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
             return True  # e.g. a torchvision/timm backbone
     return False
 
@@ -221,7 +228,9 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
     qn = model.qualname(node.func) or ""
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn."):
-        if _MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout" for a in node.args):
+        if _MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
+                                           and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
+                                           for a in node.args):
             return True
         if last in _CONTAINERS:
             for a in node.args:
@@ -234,6 +243,10 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
     if "." not in qn and last in model.classes:
         return _class_sensitive(model, last, set())
     return True
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
 
 
 def _rewraps_itself(value: cst.BaseExpression, text: str) -> bool:
@@ -395,7 +408,11 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
     c.events[key] = []  # recursion guard
     raw: list[ModeEvent] = []
     used: Optional[bool] = None
+    built = _constructions(model, scope, text)
     for call in model.calls_in_scope(scope):
+        if id(call.node) in built:
+            raw.append(ModeEvent(call, built[id(call.node)]))
+            continue
         callees = model.resolve_callee(call)
         recv = call.receiver_text
         if not callees and recv and recv not in ("cls",) and call.method in ("eval", "train") \
@@ -480,11 +497,63 @@ def _entry_modes(model: FileModel, scope: Scope, text: str, depth: int) -> froze
     if scope.kind != "function" or depth >= _MAX_DEPTH:
         return frozenset()
     out: set[str] = set()
-    for site in model.callers_of(scope):
+    callers = model.callers_of(scope)
+    for site in callers:
         outer = map_out(model, site, scope, text)
         if outer is not None:
             out |= modes_at(model, site, outer, depth + 1)
+    if not callers and text.startswith("self."):
+        out |= _attribute_state(model, scope, text)
     return frozenset(out)
+
+
+def _constructions(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
+    """Constructor calls in ``scope`` that bind ``text`` to a new module,
+    each with the mode it starts in: a module is constructed in training mode
+    (``TRAIN``) unless the same expression puts it in eval mode
+    (``Net().eval()``). ``from_pretrained`` loaders are not constructors here:
+    transformers and diffusers return their models in eval mode."""
+    out: dict[int, str] = {}
+    for a in model.bindings_of(text, scope):
+        if a.kind not in ("assign", "annassign") or a.unpacked or constructor_kind(model, a.value) is None:
+            continue
+        kind = TRAIN
+        node = a.value
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in _WRAPPERS:
+            if node.func.attr.value == "eval" or (node.func.attr.value == "train" and node.args
+                                                  and is_literal(node.args[0].value, False)):
+                kind = EVAL
+                break
+            node = node.func.value
+        ctor = unwrap(a.value)
+        if isinstance(ctor, cst.Call):
+            out[id(ctor)] = kind
+    return out
+
+
+def _attribute_state(model: FileModel, scope: Scope, text: str) -> frozenset[str]:
+    """The mode a module attribute ``self.x`` may be in when a method with
+    no same-file caller (``forward``, a hook) starts: the mode its
+    construction in the class left it in, when no code of the file ever
+    switches it (an ``.eval()`` in setup code counts as a switch)."""
+    fn = model.enclosing_function(scope)
+    if fn is None or fn.class_name is None:
+        return frozenset()
+    info = model.classes.get(fn.class_name)
+    if info is None:
+        return frozenset()
+    kinds: set[str] = set()
+    for method in info.methods.values():
+        kinds |= set(_constructions(model, method, text).values())
+    if kinds != {TRAIN}:
+        return frozenset()
+    attr = text.split(".", 1)[1]
+    for call in model.calls:
+        recv = call.receiver_text or ""
+        if call.method in ("eval", "train", "requires_grad_") and (recv == text or recv.endswith("." + attr)):
+            return frozenset()  # switched somewhere: the mode at this point cannot be told
+    return frozenset({TRAIN})
 
 
 def may_be_training(model: FileModel, call: Call, text: str) -> bool:

@@ -105,6 +105,8 @@ for epoch in range(epochs):
                 continue
             if recalibrates_statistics(model, call):
                 continue  # a hand-written update_bn pass: training mode on purpose
+            if _during_construction(model, call.scope):
+                continue  # a shape probe while the module is built: nothing trained to evaluate yet
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
             yield Finding.from_text(call.node, (
@@ -112,3 +114,15 @@ for epoch in range(epochs):
                 f"before, with no `.eval()` in between): dropout stays active and batch-norm running "
                 f"statistics are overwritten by evaluation data; call `{text}.eval()` before evaluating "
                 f"and `{text}.train()` after"))
+
+
+def _during_construction(model: FileModel, scope, depth: int = 0) -> bool:
+    """Whether ``scope`` is ``__init__`` or a helper only ``__init__`` calls
+    (``_get_final_flattened_size()``: a dummy forward to size a layer)."""
+    fn = model.enclosing_function(scope)
+    if fn is None or depth > 2:
+        return False
+    if fn.name == "__init__":
+        return True
+    callers = model.callers_of(fn)
+    return bool(callers) and all(_during_construction(model, c.scope, depth + 1) for c in callers)
