@@ -364,6 +364,25 @@ class FileModel:
                     break
         return out
 
+    def exclusive(self, a: _Located, b: _Located) -> bool:
+        """Whether ``a`` and ``b`` sit in different branches of one ``if``
+        statement (``if amp: opt.zero_grad() ... else: loss.backward()``):
+        no run executes both in one pass."""
+        if a.scope is not b.scope:
+            return False
+        i = 0
+        while i < min(len(a.blocks), len(b.blocks)) and a.blocks[i] is b.blocks[i]:
+            i += 1
+        if i == 0 or i >= len(a.blocks) or i >= len(b.blocks):
+            return False
+        parent, first, second = a.blocks[i - 1], a.blocks[i], b.blocks[i]
+        for stmt in getattr(parent, "body", ()):
+            if isinstance(stmt, cst.If):
+                branches = _if_branches(stmt)
+                if any(first is x for x in branches) and any(second is x for x in branches):
+                    return True
+        return False
+
     def always_runs_in(self, loop: Loop, fact: _Located) -> bool:
         """Whether ``fact`` sits directly in ``loop``'s body (``with`` bodies
         count as the suite around them): it runs on every iteration."""
@@ -498,6 +517,20 @@ class FileModel:
     def regions_of(self, fact: _Located) -> list[Region]:
         """Grad-mode regions enclosing ``fact`` within its scope, outermost first."""
         return [r for r in self.regions if r.order <= fact.order <= r.end and fact.scope.contains(r.order)]
+
+
+def _if_branches(node: cst.If) -> list[cst.CSTNode]:
+    """The suites of an ``if``/``elif``/``else`` chain."""
+    out: list[cst.CSTNode] = [node.body]
+    rest = node.orelse
+    while rest is not None:
+        if isinstance(rest, cst.If):
+            out.append(rest.body)
+            rest = rest.orelse
+        else:
+            out.append(rest.body)
+            rest = None
+    return out
 
 
 def first(items: Iterable, default=None):

@@ -151,6 +151,8 @@ class GradReset:
 
     order: int
     target: Optional[str]
+    fact: Optional[object] = None
+    """The call or binding that resets (``None`` for a helper's inner reset)."""
 
 
 def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradReset]:
@@ -158,19 +160,19 @@ def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradRe
     same-file helper (followed up to 3 calls deep)."""
     if call.method == "zero_grad":
         recv = call.receiver_text
-        target = recv if recv and recv in optimizer_constructors(model) else None
-        return GradReset(call.order, target)
+        target = recv if recv and is_optimizer(model, recv) else None
+        return GradReset(call.order, target, call)
     if call.method and _RESET_NAME.search(call.method):
-        return GradReset(call.order, None)
+        return GradReset(call.order, None, call)
     recv = call.receiver_text or ""
     if call.method in _GRAD_RESET_METHODS and (recv.endswith(".grad") or recv.endswith(".grad.data")):
-        return GradReset(call.order, None)
+        return GradReset(call.order, None, call)
     if call.qualname in ("torch.nn.init.zeros_",) and "grad" in (dotted_name(call.arg(0)) or ""):
-        return GradReset(call.order, None)
+        return GradReset(call.order, None, call)
     if _depth < 3:
         for scope in model.resolve_callee(call):
             if function_resets(model, scope, _depth + 1):
-                return GradReset(call.order, None)
+                return GradReset(call.order, None, call)
     return None
 
 
@@ -178,7 +180,7 @@ def assign_reset(assign: Assign) -> Optional[GradReset]:
     """``p.grad = ...`` (``None`` or a fresh tensor) overwrites the gradient."""
     for t in assign.targets:
         if t.kind == "attr" and t.text and t.text.endswith(".grad") and assign.kind in ("assign", "annassign"):
-            return GradReset(assign.order, None)
+            return GradReset(assign.order, None, assign)
     return None
 
 

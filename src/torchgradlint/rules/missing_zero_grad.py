@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ..analysis.model import FileModel
 from ..analysis.names import dotted_name
-from ..analysis.steps import foreign_framework_file, function_resets, optimizer_constructors, resets_within
+from ..analysis.steps import foreign_framework_file, function_resets, is_optimizer, resets_within
 from ..analysis.training import step_sites, training_loop_of
 from ..registry import Finding, Rule
 
@@ -73,24 +73,25 @@ for x, y in loader:
     def check(self, model: FileModel) -> Iterator[Finding]:
         if foreign_framework_file(model):
             return
-        constructed = optimizer_constructors(model)
         for site in step_sites(model, model.module_scope.order, model.module_scope.end):
             if site.in_helper_loop:
                 continue  # judged at the helper's own training loop
             loop = training_loop_of(model, site)
             if loop is None:
                 continue
-            resets = resets_within(model, loop.order, loop.end)
+            resets = [r for r in resets_within(model, loop.order, loop.end)
+                      if r.fact is None or not model.exclusive(r.fact, site.via)]
             closure = site.step.closure
             if closure is not None and any(
                 function_resets(model, fn) for fn in model.functions.get(dotted_name(closure) or "", [])
             ):
                 continue
+            stepped = _canonical(model, site.step.optimizer, site.step.call)
             if resets and (any(r.target is None for r in resets)
-                           or site.step.optimizer in {r.target for r in resets}
-                           or site.step.optimizer not in constructed):
+                           or stepped in {_canonical(model, r.target, r.fact) for r in resets}
+                           or not is_optimizer(model, site.step.optimizer)):
                 # A reset of a named optimizer silences the step unless the
-                # stepped optimizer is provably another constructed one.
+                # stepped optimizer is another optimizer (built here or named as one).
                 continue
             opt = site.step.optimizer or "the optimizer"
             if site.via is site.step.call:
@@ -102,3 +103,15 @@ for x, y in loader:
                        "never reset in the loop or the helper, so each step applies the sum of all earlier "
                        "gradients; call `zero_grad()` once per iteration")
             yield Finding.from_text(site.via.node, msg)
+
+
+def _canonical(model: FileModel, text, at, depth: int = 0):
+    """The name an optimizer alias stands for (``opt = optimizer`` ->
+    ``optimizer``), followed through plain rebindings."""
+    if not text or at is None or depth > 3:
+        return text
+    binding = model.reaching_binding(text, at)
+    if binding is not None and binding.kind == "assign" and not binding.unpacked \
+            and dotted_name(binding.value) is not None:
+        return _canonical(model, dotted_name(binding.value), binding, depth + 1)
+    return text
