@@ -157,7 +157,9 @@ def test_rules_that_need_a_backward_are_dropped_without_one():
                     y = model(x)
         """)
     codes = [r.code for r in candidate_rules(source, all_rules())]
-    assert codes == ["TGL201"]  # TGL001 and TGL002 need a backward (TGL101's text stage fails)
+    # TGL001 needs a backward (TGL101's text stage fails); TGL002 also judges no_grad regions
+    # that cut a parameter's only path, which needs no backward in the file.
+    assert codes == ["TGL002", "TGL201"]
     with_backward = source.replace("optimizer.step()", "optimizer.step()\n        y.backward()")
     assert [r.code for r in candidate_rules(with_backward, all_rules())] == ["TGL001", "TGL002", "TGL201"]
 

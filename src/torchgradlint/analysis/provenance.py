@@ -807,6 +807,14 @@ def provenance(model: FileModel, expr: Optional[cst.BaseExpression], at: _Locate
     return memo[key]
 
 
+def module_cuts_graph(model: FileModel, call: Call) -> Optional[Region]:
+    """The no_grad region under which the ``forward`` of the same-file
+    module class that ``call`` invokes computes everything it returns
+    (the module cuts the graph of its inputs), or ``None``."""
+    p = _Evaluator(model).module_forward(call.node, call, 0)
+    return p.no_grad[0] if p is not None and p.no_grad else None
+
+
 def loss_like(model: FileModel, expr: cst.BaseExpression, at: _Located) -> bool:
     """Whether ``expr`` reads as a loss term: a name like ``loss``,
     ``imput_mse``, ``kl``, or a value computed by a loss call or a callee

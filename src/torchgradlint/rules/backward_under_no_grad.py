@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from ..analysis.model import Assign, Call, FileModel, GradMode, Region, names_in
-from ..analysis.provenance import computed_under_no_grad, provenance
+from ..analysis import modes
+from ..analysis.names import dotted_name
+from ..analysis.provenance import computed_under_no_grad, module_cuts_graph, provenance
+from ..analysis.summaries import (
+    attribute_reads,
+    checks_grad_mode,
+    leaves_grad_disabled,
+    parameter_attributes,
+    reached_from_forward,
+)
 from ..analysis.steps import backward_call, is_true
 from ..registry import Finding, Rule
 
@@ -32,8 +41,8 @@ class BackwardUnderNoGrad(Rule):
     name = "backward-under-no-grad"
     summary = "backward on a tensor computed under no_grad, or create_graph=True under no_grad"
     prefilter = (("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled"))
-    # check(): every finding is at a backward call (analysis.steps.backward_call).
-    needs_backward = True
+    # check(): findings sit at backward calls, or at a no_grad region that cuts a
+    # parameter's only path (a file with no backward call can hold that one).
     docs = """
 ## What it does
 Checks for `backward()`, `torch.autograd.backward`, `torch.autograd.grad` and
@@ -84,6 +93,12 @@ with torch.no_grad():
     def check(self, model: FileModel) -> Iterator[Finding]:
         if not model.regions and not any(s.decorator_region for s in model.scopes):
             return
+        yield from self._at_backwards(model)
+        yield from self._grad_left_disabled(model)
+        yield from self._backward_in_forward(model)
+        yield from self._parameters_cut(model)
+
+    def _at_backwards(self, model: FileModel) -> Iterator[Finding]:
         for call in model.calls:
             b = backward_call(model, call)
             if b is None or b.target is None:
@@ -116,6 +131,78 @@ with torch.no_grad():
                         "region, so the penalty built from them has no graph and contributes no gradient; "
                         "compute the gradients and the penalty outside `no_grad` (or inside "
                         "`torch.enable_grad()`)"))
+
+    @staticmethod
+    def _grad_left_disabled(model: FileModel) -> Iterator[Finding]:
+        """A backward in a loop that also calls a same-file helper leaving
+        grad disabled (bare ``set_grad_enabled(False)``): from the next
+        iteration on, the forward runs without grad and the backward raises."""
+        for call in model.calls:
+            b = backward_call(model, call)
+            loop = call.loop
+            if b is None or loop is None:
+                continue
+            for other in model.calls_within(loop.order, loop.end):
+                if other.scope is not call.scope or other is call:
+                    continue
+                culprit = next((r for fn in model.resolve_callee(other)
+                                if (r := leaves_grad_disabled(model, fn)) is not None), None)
+                if culprit is None:
+                    continue
+                yield Finding(call.node, (
+                    f"`{other.func_text}()` leaves grad mode disabled (a bare `{culprit.api}(False)` that is never "
+                    "switched back), so after it runs the loop's forward builds no graph and this backward raises "
+                    "\"element 0 of tensors does not require grad\"; use `with torch.no_grad():` in the helper"))
+                break
+
+    @staticmethod
+    def _backward_in_forward(model: FileModel) -> Iterator[Finding]:
+        """A backward run by ``nn.Module.forward`` (or a method it calls):
+        evaluation calls ``forward`` under ``no_grad`` (trainers' validation
+        loops do), where the backward raises, unless the code checks
+        ``torch.is_grad_enabled()``."""
+        for call in model.calls:
+            b = backward_call(model, call)
+            if b is None or call.region is not None:
+                continue
+            fwd = reached_from_forward(model, call.scope)
+            if fwd is None:
+                continue
+            fn = model.enclosing_function(call.scope)
+            if checks_grad_mode(model, fwd) or (fn is not None and checks_grad_mode(model, fn)):
+                continue
+            yield Finding(call.node, (
+                f"this backward runs inside `{fwd.qualname}` (a module's forward): evaluation calls the module "
+                "under `torch.no_grad()`, where the loss has no graph and backward raises \"element 0 of tensors "
+                "does not require grad\"; branch on `torch.is_grad_enabled()` (or `self.training`) first"))
+
+    @staticmethod
+    def _parameters_cut(model: FileModel) -> Iterator[Finding]:
+        """A parameter whose only use in a module's method goes through a
+        same-file module whose ``forward`` returns what it computed under
+        ``no_grad``: the parameter never gets a gradient."""
+        reported: set[int] = set()
+        for cls in modes.module_classes(model):
+            params = parameter_attributes(model, cls)
+            if not params:
+                continue
+            for method in model.classes[cls].methods.values():
+                for call in model.calls_in_scope(method):
+                    region = module_cuts_graph(model, call)
+                    if region is None or model.grad_mode(call) is GradMode.DISABLED:
+                        continue
+                    for arg in call.node.args:
+                        text = dotted_name(arg.value)
+                        if text not in params or id(region) in reported:
+                            continue
+                        if len(attribute_reads(model, method, text)) != 1:
+                            continue  # also used directly: it still gets gradients
+                        reported.add(id(region))
+                        yield Finding(region.node, (
+                            f"`{text}` reaches `{method.qualname}`'s output only through `{call.func_text}`, whose "
+                            f"forward computes under `{region.api}`: the parameter never receives a gradient, so it "
+                            "never trains; compute the constraint with grad enabled (or apply it in place to the "
+                            "parameter under no_grad and use the parameter itself)"))
 
     @staticmethod
     def _disabled_user(model: FileModel, call: Call) -> Optional[Assign]:
