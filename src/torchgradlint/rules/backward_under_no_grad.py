@@ -149,7 +149,7 @@ with torch.no_grad():
                                 if (r := leaves_grad_disabled(model, fn)) is not None), None)
                 if culprit is None:
                     continue
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"`{other.func_text}()` leaves grad mode disabled (a bare `{culprit.api}(False)` that is never "
                     "switched back), so after it runs the loop's forward builds no graph and this backward raises "
                     "\"element 0 of tensors does not require grad\"; use `with torch.no_grad():` in the helper"))
@@ -171,7 +171,7 @@ with torch.no_grad():
             fn = model.enclosing_function(call.scope)
             if checks_grad_mode(model, fwd) or (fn is not None and checks_grad_mode(model, fn)):
                 continue
-            yield Finding(call.node, (
+            yield Finding.from_text(call.node, (
                 f"this backward runs inside `{fwd.qualname}` (a module's forward): evaluation calls the module "
                 "under `torch.no_grad()`, where the loss has no graph and backward raises \"element 0 of tensors "
                 "does not require grad\"; branch on `torch.is_grad_enabled()` (or `self.training`) first"))
@@ -198,7 +198,7 @@ with torch.no_grad():
                         if len(attribute_reads(model, method, text)) != 1:
                             continue  # also used directly: it still gets gradients
                         reported.add(id(region))
-                        yield Finding(region.node, (
+                        yield Finding.from_text(region.node, (
                             f"`{text}` reaches `{method.qualname}`'s output only through `{call.func_text}`, whose "
                             f"forward computes under `{region.api}`: the parameter never receives a gradient, so it "
                             "never trains; compute the constraint with grad enabled (or apply it in place to the "
