@@ -44,6 +44,25 @@ def entries(cache_dir):
     return json.loads(index.read_text())["entries"]
 
 
+def spy_linting(monkeypatch, log):
+    """Record the name of every file linted (workers are forked processes:
+    they append to the ``log`` file), and return a reader of the names."""
+    real = runner._lint_one
+
+    def spy(args):
+        with open(log, "a") as fh:
+            fh.write(Path(args[0]).name + "\n")
+        return real(args)
+
+    monkeypatch.setattr(runner, "_lint_one", spy)
+
+    def names():
+        names = log.read_text().split() if log.exists() else []
+        log.unlink(missing_ok=True)
+        return names
+    return names
+
+
 def test_second_run_is_answered_from_the_cache(tree, capsys, monkeypatch):
     rc1, first = check(capsys, str(tree))
     assert rc1 == 1 and {d["code"] for d in first} == {"TGL001"}
@@ -60,17 +79,14 @@ def test_second_run_is_answered_from_the_cache(tree, capsys, monkeypatch):
 
 def test_a_changed_file_or_selection_misses(tree, capsys, monkeypatch):
     check(capsys, str(tree))
-    linted = []
-    real = runner._lint_one
-    monkeypatch.setattr(runner, "_lint_one", lambda args: linted.append(Path(args[0]).name) or real(args))
+    linted = spy_linting(monkeypatch, tree.parent / "linted.log")
 
     (tree / "ok.py").write_text(OK + "\n# edited\n")
     check(capsys, str(tree))
-    assert linted == ["ok.py"]
+    assert linted() == ["ok.py"]
 
-    linted.clear()
     rc, found = check(capsys, "--select", "TGL1", str(tree))
-    assert sorted(linted) == ["bad.py", "ok.py"] and rc == 0 and found == []
+    assert sorted(linted()) == ["bad.py", "ok.py"] and rc == 0 and found == []
 
 
 def test_no_cache_writes_nothing(tree, capsys):
@@ -86,11 +102,9 @@ def test_cache_dir_option_and_corrupt_index(tree, capsys, tmp_path, monkeypatch,
     assert not Path(".torchgradlint_cache").exists()
     (index,) = indexes(where)
     index.write_text(corruption)
-    linted = []
-    real = runner._lint_one
-    monkeypatch.setattr(runner, "_lint_one", lambda args: linted.append(Path(args[0]).name) or real(args))
+    linted = spy_linting(monkeypatch, tmp_path / "linted.log")
     _, second = check(capsys, "--cache-dir", str(where), str(tree))
-    assert second == first and sorted(linted) == ["bad.py", "ok.py"]
+    assert second == first and sorted(linted()) == ["bad.py", "ok.py"]
     assert len(entries(where)) == 2  # rewritten whole
 
 

@@ -89,7 +89,7 @@ def test_no_progress_bar_when_not_a_tty_and_rich_not_imported(tmp_path):
               "print('rich' in sys.modules, rc)")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.stdout.splitlines()[-1] == "False 1"
-    assert proc.stderr == "Found 1 finding in 25 files.\n"
+    assert proc.stderr == "Found 1 finding in 25 files: 1 linted, 24 skipped by the prefilter.\n"
 
 
 def _run_with_tty_stderr(args, cwd):

@@ -1,5 +1,7 @@
 """Engine: prefilter, noqa, sorting, positions, selection."""
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -108,3 +110,94 @@ def test_cyclic_gc_is_restored_after_linting(source):
         assert not gc.isenabled()  # a caller's choice is kept
     finally:
         gc.enable()
+
+
+def test_notebook_module_does_not_import_the_engine():
+    probe = "import sys, torchgradlint.notebook; print('torchgradlint.engine' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_parse_patches_are_invisible_to_other_threads():
+    """While threads lint, other threads building LibCST nodes by hand still
+    get LibCST's validation (an invalid node raises), and afterwards LibCST's
+    own ``__post_init__`` and the collector's state are back."""
+    import gc
+    import threading
+
+    import libcst as cst
+
+    from torchgradlint import engine
+
+    original = cst.CSTNode.__dict__["__post_init__"]
+    source = (FIXTURES / "TGL001" / "bad_basic_loop.py").read_text()
+    rules = [r for r in all_rules() if r.default_enabled]
+    stop = threading.Event()
+    errors, linted, validated = [], [], []
+
+    def linter():
+        while not stop.is_set():
+            linted.append(len(engine.lint_source(source, "x.py", rules).diagnostics))
+
+    def builder():
+        while not stop.is_set():
+            try:
+                cst.Name("not a name")  # invalid: LibCST's validation must reject it
+            except cst.CSTValidationError:
+                validated.append(True)
+            except Exception as exc:  # e.g. the hook swapped back under this thread's feet
+                errors.append(repr(exc))
+            else:
+                errors.append("an invalid node was accepted while another thread parsed")
+
+    threads = [threading.Thread(target=linter) for _ in range(2)] + [threading.Thread(target=builder)]
+    for t in threads:
+        t.start()
+    import time
+
+    time.sleep(2.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(validated) > 100 and linted and set(linted) == {1}
+    assert cst.CSTNode.__dict__["__post_init__"] is original
+    assert gc.isenabled()
+
+
+def test_gc_pause_restores_a_disabled_collector():
+    import gc
+
+    from torchgradlint import engine
+
+    gc.disable()
+    try:
+        with engine._cyclic_gc_paused():
+            with engine._cyclic_gc_paused():
+                assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with engine._cyclic_gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_positions_stop_early_but_agree_with_libcst():
+    """The position pass stops after the last wanted node: every wanted range
+    must equal what LibCST's MetadataWrapper computes over the whole tree."""
+    import random
+
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from torchgradlint import engine
+
+    rng = random.Random(0)
+    for path in sorted(FIXTURES.glob("TGL*/*.py"))[:12]:
+        module = engine.parse_module(path.read_text())
+        full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        nodes = list(full)
+        for _ in range(5):
+            wanted = set(rng.sample(nodes, min(len(nodes), rng.randint(1, 3))))
+            got = engine._positions(module, wanted)
+            assert {n: got[n] for n in wanted} == {n: full[n] for n in wanted}, path

@@ -121,6 +121,23 @@ def test_plugin_columns_are_zero_based():
     assert msg.startswith("TGL001 ")
 
 
+def test_plugin_imports_neither_rules_nor_libcst_for_a_file_the_prefilter_rules_out(tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text("import os\n\nprint(os.getcwd())\n")
+    library = tmp_path / "layers.py"  # torch, but methods only and no backward: stage 2 rules it out
+    library.write_text("import torch\n\n\nclass Block(torch.nn.Module):\n    def forward(self, x):\n"
+                       "        return [x] + [x]\n")
+    assert _flake8_heavy_imports("F,TGL", plain) == ""
+    assert _flake8_heavy_imports("F,TGL", library) == ""
+
+
+def test_rule_prefilter_table_matches_the_rule_classes():
+    from torchgradlint.rules import RULE_PREFILTER
+
+    expected = {r.code: (r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in all_rules()}
+    assert RULE_PREFILTER == expected, f"update RULE_PREFILTER in rules/__init__.py to {expected!r}"
+
+
 LOSSES = (FIXTURES / "TGL101" / "bad_losses_append.py").read_text()
 
 

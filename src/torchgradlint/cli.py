@@ -31,6 +31,18 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _non_negative(kind: type) -> Callable[[str], object]:
+    def parse(value: str) -> object:
+        try:
+            n = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more: {value!r}")
+        return n
+    return parse
+
+
 def _add_check(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="lint files and directories (default: .)",
                        description="Lint Python files for PyTorch autograd anti-patterns.")
@@ -64,6 +76,11 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    help="print the fixes as a unified diff instead of applying them (exit 1 if any)")
     p.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes marked unsafe")
     p.add_argument("--show-fixes", action="store_true", help="list the fixes applied")
+    p.add_argument("--max-file-size", type=_non_negative(int), metavar="BYTES",
+                   help="a larger file is reported as one TGL000 and not parsed (0: no limit; default 5 MiB)")
+    p.add_argument("--file-timeout", type=_non_negative(float), metavar="SECONDS",
+                   help="a file whose lint takes longer is stopped and reported as one TGL000 "
+                        "(0: no limit; default 20)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("rule", help="explain a rule (code or name), or list all rules")
     r.add_argument("rule", nargs="?", metavar="CODE", help="e.g. TGL001 or missing-zero-grad")
     r.add_argument("--all", action="store_true", help="list every rule")
+    sub.add_parser("server", help="run the language server (LSP over stdio; needs the 'server' extra: pygls)",
+                   description="A Language Server for editors: diagnostics, fixes, noqa actions, rule docs on hover.")
     h = sub.add_parser("harness", help="run the runtime harness (needs the 'harness' extra: torch)",
                        add_help=False)
     h.add_argument("args", nargs=argparse.REMAINDER)
@@ -192,27 +211,17 @@ def _check(args: argparse.Namespace) -> int:
         print("torchgradlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
     settings = Settings(RuleLayer(tuple(select) if select is not None else None, tuple(extend), tuple(ignore)),
-                        isolated=args.isolated)
+                        isolated=args.isolated, max_file_size=args.max_file_size, file_timeout=args.file_timeout)
     ctx = RenderContext(unsafe_fixes=args.unsafe_fixes)
     path_errors = False
     try:
         if args.paths == ["-"]:
-            from .engine import lint_data
-
             validate_selectors()
             data = sys.stdin.buffer.read()
             name = args.stdin_filename or "-"
-            rules = [get_rule(c) for c in settings.codes_for(args.stdin_filename or os.path.join(os.getcwd(), "-"))]
-            run = RunResult(files=1)
-            try:
-                result = lint_data(data, name, rules)
-                run.diagnostics, run.parsed = sorted(result.diagnostics, key=order_key), int(result.parsed)
-            except Exception as exc:  # a bug in a rule: one TGL000 and the traceback, exit 2
-                import traceback
-
-                run.diagnostics = [internal_error(name, exc)]
-                run.internal_errors.append(f"{name}: internal error while linting (please report):\n"
-                                           f"{traceback.format_exc()}")
+            where = args.stdin_filename or os.path.join(os.getcwd(), "-")
+            run = lint_paths([name], [], jobs=1, codes_for=lambda _: settings.codes_for(where),
+                             budget_for=lambda _: settings.budget_for(where), data=data)
             ctx.sources[name] = data.decode("utf-8", errors="replace")
             ctx.paths = [name]
         else:
@@ -234,7 +243,7 @@ def _check(args: argparse.Namespace) -> int:
                     cache = Cache(args.cache_dir) if args.cache_dir else Cache.default()
                 run = lint_paths(found.files, [], jobs=args.jobs, codes_for=settings.codes_for, progress=advance,
                                  cache=cache, selection_for=settings.selection_key,
-                                 before_linting=validate_selectors)
+                                 before_linting=validate_selectors, budget_for=settings.budget_for)
             ctx.paths = list(found.files)
             if args.output_format in NEEDS_SOURCES:
                 _read_sources(ctx, {d.path for d in run.diagnostics})
@@ -268,24 +277,34 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def _plural(n: int, word: str, words: str = "") -> str:
-    return f"{n} {word if n == 1 else words or word + 's'}"
-
-
 def summary(run: RunResult, unsafe: bool = False) -> str:
-    """The closing lines of a ``concise``/``full`` run, as ruff words them:
-    ``Found N findings in M files.`` plus ``[*] K fixable with `--fix`.``
-    (and how many unsafe fixes ``--unsafe-fixes`` would add), or ``All checks
-    passed (M files).`` when there is no finding at all (an internal error
-    is a ``TGL000`` finding, so it never passes)."""
+    """The closing lines on standard error of a ``concise``/``full`` run.
+
+    The first counts how many files were linted, skipped by the prefilter
+    (never parsed: a syntax error there goes unseen) and not parsed (one
+    TGL000 each), e.g. ``All checks passed (12 files: 9 linted, 3 skipped by
+    the prefilter).``; an internal error is a ``TGL000`` finding, so such a
+    run never passes. As ruff words it, a second line counts the findings
+    ``--fix`` fixes (``[*] 2 fixable with `--fix`.``) and the unsafe fixes
+    that ``--unsafe-fixes`` would add.
+    """
+    def plural(n: int, word: str, words: str = "") -> str:
+        return f"{n} {word if n == 1 else words or word + 's'}"
+
+    parts = [f"{run.linted} linted"]
+    if run.skipped:
+        parts.append(f"{run.skipped} skipped by the prefilter")
+    if run.failed:
+        parts.append(f"{run.failed} not parsed")
+    files = plural(run.files, "file") + (": " + ", ".join(parts) if len(parts) > 1 else "")
     n = len(run.diagnostics)
     if not n:
-        return f"All checks passed ({_plural(run.files, 'file')})."
-    lines = [f"Found {_plural(n, 'finding')} in {_plural(run.files, 'file')}."]
+        return f"All checks passed ({files})."
+    lines = [f"Found {plural(n, 'finding')} in {files}."]
     fixable = sum(d.fix is not None and (d.fix.safe or unsafe) for d in run.diagnostics)
     hidden = sum(d.fix is not None and not d.fix.safe and not unsafe for d in run.diagnostics)
     option = "`--fix --unsafe-fixes`" if unsafe else "`--fix`"
-    tail = f" ({_plural(hidden, 'hidden fix', 'hidden fixes')} can be enabled with `--unsafe-fixes`)" if hidden else ""
+    tail = f" ({plural(hidden, 'hidden fix', 'hidden fixes')} can be enabled with `--unsafe-fixes`)" if hidden else ""
     if fixable:
         lines.append(f"[*] {fixable} fixable with {option}{tail}.")
     elif hidden:
@@ -351,6 +370,22 @@ def _rule(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _server() -> int:
+    try:
+        from .server import main as server_main
+    except ImportError as exc:  # pygls missing
+        print(f"torchgradlint: error: the server needs pygls: pip install 'torchgradlint[server]' ({exc})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return server_main()
+
+
+def server_main() -> int:
+    """Entry point of the ``torchgradlint-server`` command (``torchgradlint
+    server`` for editors whose LSP settings take a program without arguments)."""
+    return _server()
+
+
 def _harness(args: argparse.Namespace) -> int:
     try:
         from .harness.cli import main as harness_main
@@ -376,6 +411,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _check(args)
         if args.command == "rule":
             return _rule(args)
+        if args.command == "server":
+            return _server()
         return _harness(args)
     except KeyboardInterrupt:
         return 130

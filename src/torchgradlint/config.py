@@ -8,6 +8,8 @@ Keys (all optional, ruff's names and meanings)::
     ignore = ["TGL101"]            # removes (wins over select/extend-select)
     exclude = ["legacy/"]          # replaces the default excluded names
     extend-exclude = ["gen/*.py"]  # adds to the excluded paths
+    max-file-size = 5242880        # bytes; a larger file is one TGL000, not parsed (0: no limit)
+    file-timeout = 20              # seconds per file; a slower lint is stopped, one TGL000 (0: no limit)
     [tool.torchgradlint.per-file-ignores]
     "tests/**" = ["TGL1"]          # glob (relative to the pyproject.toml's folder) -> selectors
 
@@ -32,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
+from .limits import DEFAULT_BUDGET, Budget
 from .registry import Rule, SelectionError, all_rules, select_rules
 
 TABLE = "tool.torchgradlint"
@@ -64,6 +67,8 @@ SCHEMA: dict[str, Any] = {
         "exclude": _SELECTORS,
         "extend-exclude": _SELECTORS,
         "per-file-ignores": {"type": "object", "additionalProperties": _SELECTORS},
+        "max-file-size": {"type": "integer", "minimum": 0},
+        "file-timeout": {"type": "number", "minimum": 0},
     },
 }
 """JSON schema of the ``[tool.torchgradlint]`` table."""
@@ -98,6 +103,8 @@ class Config:
         per_file_ignores: ``(glob, selectors)`` pairs.
         exclude: replaces :data:`DEFAULT_EXCLUDE` when given.
         extend_exclude: added to the excluded patterns.
+        max_file_size: bytes (``max-file-size``), ``None`` when not set.
+        file_timeout: seconds (``file-timeout``), ``None`` when not set.
     """
 
     path: Path
@@ -106,6 +113,8 @@ class Config:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     exclude: Optional[tuple[str, ...]] = None
     extend_exclude: tuple[str, ...] = ()
+    max_file_size: Optional[int] = None
+    file_timeout: Optional[float] = None
 
     def __post_init__(self) -> None:
         import pathspec
@@ -164,7 +173,8 @@ def _validate(table: Any, source: Path) -> None:
                 extra = sorted(set(err.instance) - set(SCHEMA["properties"]))
                 raise ConfigError(f"{source}: unknown key {_format_key([extra[0]])!r}; known keys: "
                                   + ", ".join(sorted(SCHEMA["properties"])))
-            expected = {"array": "a list of strings", "string": "a string", "object": "a table"}.get(
+            expected = {"array": "a list of strings", "string": "a string", "object": "a table",
+                        "integer": "an integer", "number": "a number"}.get(
                 str(err.validator_value), str(err.validator_value))
             if err.validator == "type":
                 raise ConfigError(f"{source}: {_format_key(where)} must be {expected}, "
@@ -206,6 +216,8 @@ def parse_config(data: dict[str, Any], source: Path) -> Config:
         per_file_ignores=tuple((g, tuple(c)) for g, c in pfi.items()),
         exclude=tuple(data["exclude"]) if "exclude" in data else None,
         extend_exclude=tuple(data.get("extend-exclude", ())),
+        max_file_size=data.get("max-file-size"),
+        file_timeout=data.get("file-timeout"),
     )
 
 
@@ -298,9 +310,12 @@ class Settings:
     """Per-file rule sets for one run: config files found per folder, then the
     command line's layer on top. ``isolated`` ignores every config file."""
 
-    def __init__(self, cli: RuleLayer = RuleLayer(), *, isolated: bool = False) -> None:
+    def __init__(self, cli: RuleLayer = RuleLayer(), *, isolated: bool = False,
+                 max_file_size: Optional[int] = None, file_timeout: Optional[float] = None) -> None:
         self.cli = cli
         self.isolated = isolated
+        self.max_file_size = max_file_size  # the command line's, over the config's
+        self.file_timeout = file_timeout
         self._cache: dict[tuple[Optional[str], tuple[str, ...]], tuple[str, ...]] = {}
 
     def config_for(self, path: "str | os.PathLike[str]", *, is_dir: bool = False) -> Optional[Config]:
@@ -340,3 +355,21 @@ class Settings:
             codes = tuple(r.code for r in resolve_rules(layers, pfi))
             self._cache[key] = codes
         return codes
+
+    def budget_for(self, path: "str | os.PathLike[str]") -> Budget:
+        """The :class:`~torchgradlint.limits.Budget` of the file ``path``: the
+        command line's values, else its config's, else the defaults.
+
+        Raises:
+            ConfigError: a malformed ``pyproject.toml``.
+        """
+        cfg = self.config_for(path)
+
+        def pick(cli: Any, key: str, default: Any) -> Any:
+            if cli is not None:
+                return cli
+            value = getattr(cfg, key, None) if cfg is not None else None
+            return default if value is None else value
+
+        return Budget(pick(self.max_file_size, "max_file_size", DEFAULT_BUDGET.max_file_size),
+                      float(pick(self.file_timeout, "file_timeout", DEFAULT_BUDGET.file_timeout)))

@@ -6,44 +6,96 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import gc
+import os
+import re
+import threading
 import tokenize
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import libcst as cst
+from libcst.metadata import CodeRange
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .analysis import build_model
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file
-from .lines import bytes_readline
+from .limits import DEFAULT_BUDGET, Budget, size_diagnostic
+from .lines import bytes_readline, split_lines
 from .noqa import NoqaFilter
+from .notebook import is_notebook, map_to_cells, read_notebook
 from .prefilter import candidate_rules
 from .registry import Rule
 
-def _no_validation(self: cst.CSTNode) -> None:
-    return None
+
+class _ParsingThreads(threading.local):
+    """Per thread: how deep this thread is inside :func:`_parser_output_unvalidated`."""
+
+    depth = 0
+
+
+_PARSING = _ParsingThreads()
+_PATCH_LOCK = threading.Lock()
+_patch_users = 0  # threads inside _parser_output_unvalidated; guarded by _PATCH_LOCK
+_validate_post_init = None  # LibCST's own CSTNode.__post_init__, once first patched
+
+
+def _post_init_unless_parsing(self: cst.CSTNode) -> None:
+    """``CSTNode.__post_init__`` while some thread parses: skip validation in
+    the parsing thread only; every other thread's nodes are validated."""
+    if _PARSING.depth:
+        return None
+    return _validate_post_init(self)  # type: ignore[misc]
 
 
 @contextlib.contextmanager
 def _parser_output_unvalidated() -> Iterator[None]:
-    """Skip LibCST's per-node ``_validate()`` while the parser builds a tree.
+    """Skip LibCST's per-node ``_validate()`` while this thread's parser builds a tree.
 
     Every node's ``__post_init__`` re-validates what the parser just produced
     (about a third of ``parse_module``'s time on real files; LibCST's own
     source notes validation could be skipped when parsing). Parser output is
-    valid by construction, so the check is skipped inside this block only and
-    restored afterwards, also on error.
+    valid by construction, so the check is skipped inside this block only.
+
+    The hook is a class attribute, so the swap is process-wide; it is made
+    safe for hosts with threads (flake8, the language server, a user's
+    program): the replacement skips validation only in a thread that is
+    inside this block (a thread-local depth), so nodes that other threads
+    build meanwhile are still validated; a lock and a count of the threads
+    inside keep the swap in place until the last one leaves, then LibCST's
+    own hook is restored, also on error. Re-entrant.
     """
+    global _patch_users, _validate_post_init
     base = cst.CSTNode
-    original = base.__dict__.get("__post_init__")
-    if original is None:  # a LibCST without the hook: nothing to skip
+    with _PATCH_LOCK:
+        original = base.__dict__.get("__post_init__")
+        if original is None:  # a LibCST without the hook: nothing to skip
+            patched = False
+        else:
+            patched = True
+            if _patch_users == 0:
+                # Kept after the swap is undone: a thread that looked the hook up
+                # just before may still call the replacement, which then validates.
+                _validate_post_init = original
+                base.__post_init__ = _post_init_unless_parsing  # type: ignore[method-assign]
+            _patch_users += 1
+    if not patched:
         yield
         return
-    base.__post_init__ = _no_validation  # type: ignore[method-assign]
+    _PARSING.depth += 1
     try:
         yield
     finally:
-        base.__post_init__ = original  # type: ignore[method-assign]
+        _PARSING.depth -= 1
+        with _PATCH_LOCK:
+            _patch_users -= 1
+            if _patch_users == 0:
+                base.__post_init__ = _validate_post_init  # type: ignore[method-assign]
+
+
+_GC_LOCK = threading.Lock()
+_gc_pausers = 0  # threads inside _cyclic_gc_paused; guarded by _GC_LOCK
+_gc_was_enabled = False  # the collector's state when the first of them entered
 
 
 @contextlib.contextmanager
@@ -59,16 +111,26 @@ def _cyclic_gc_paused() -> Iterator[None]:
     corpus (25 files parsed): collections took 9-12% of the lint's CPU time
     (about 470 collections), paused 5-6% (66, outside the parse). The
     prefilter's Python ``ast`` (acyclic too) is built inside the pause:
-    15-20% less time for it on the real-code corpus. A collector that was
-    already disabled stays disabled.
+    15-20% less time for it on the real-code corpus.
+
+    The collector's switch is process-wide: with threads linting at once, the
+    first to enter pauses it and the last to leave restores the state the
+    first one found (a lock and a count), so one thread cannot switch it back
+    on under another; a collector that was already disabled stays disabled.
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _gc_pausers, _gc_was_enabled
+    with _GC_LOCK:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _GC_LOCK:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def parse_module(source: str) -> cst.Module:
@@ -153,22 +215,43 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     active = candidate_rules(source, rules, tree)
     if not active:
         return LintResult([], False)
+    indents: Optional[_ExpandedIndentation] = None
     try:
-        module = parse_module(source)
+        try:
+            module = parse_module(source)
+        except cst.ParserSyntaxError as exc:
+            indents = _ExpandedIndentation.for_rejected(source)
+            if indents is None:
+                return LintResult([_parse_error(source, path, exc)], True)
+            module = parse_module(indents.text)
     except cst.ParserSyntaxError as exc:
         return LintResult([_parse_error(source, path, exc)], True)
     except RecursionError:
-        return LintResult([Diagnostic(PARSE_ERROR_CODE,
-                                      "file is nested too deeply to be parsed, so it was not linted",
-                                      path, 1, 1, 1, 1)], True)
+        return LintResult([_too_deep(path, "parsed")], True)
+    try:
+        diags = _diagnostics(module, indents.text if indents else source, path, active)
+    except RecursionError:  # a rule or position pass that recurses per nesting level
+        return LintResult([_too_deep(path, "analysed")], True)
+    if not diags:
+        return LintResult([], True)
+    if indents is not None:
+        diags = [indents.map_back(d) for d in diags]
+    out = sorted(diags, key=lambda d: d.sort_key)
+    if apply_noqa:
+        out = NoqaFilter(source).filter(out)
+    return LintResult(out, True)
+
+
+def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[type[Rule]]) -> list[Diagnostic]:
+    """The findings of ``active`` on a parsed module, one per (code, line, column)."""
     model = build_model(module, source, path)
     found = []
     for rule_cls in active:
         for finding in rule_cls().check(model):
             found.append((rule_cls, finding))
     if not found:
-        return LintResult([], True)
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return []
+    positions = _positions(module, {f.node for _, f in found} | {f.fix[0] for _, f in found if f.fix is not None})
     diags: dict[tuple, Diagnostic] = {}
     for rule_cls, finding in found:
         rng = positions[finding.node]
@@ -181,10 +264,134 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
         d = Diagnostic(rule_cls.code, finding.message, path, rng.start.line, rng.start.column + 1,
                        rng.end.line, rng.end.column + 1, fix, detail=finding.detail or None)
         diags.setdefault((d.code, d.line, d.col), d)
-    out = sorted(diags.values(), key=lambda d: d.sort_key)
-    if apply_noqa:
-        out = NoqaFilter(source).filter(out)
-    return LintResult(out, True)
+    return list(diags.values())
+
+
+class _AllFound(Exception):
+    """Raised inside the position pass once every wanted node has its range."""
+
+
+_NO_RANGE = CodeRange((1, 0), (1, 0))
+
+
+class _WantedRanges(dict):
+    """The provider's node -> range table; stops the pass (:class:`_AllFound`)
+    as soon as every wanted node is in it. A node's first range is final
+    (the provider writes the syntactic range, then never overwrites it), and
+    a node is written when its code is complete, so the nodes still open when
+    the pass stops are none of the wanted ones: while the stop unwinds them,
+    their lookups get a placeholder and their writes are ignored."""
+
+    def __init__(self, wanted: "set[cst.CSTNode]") -> None:
+        super().__init__()
+        self.missing = set(wanted)
+        self.done = not self.missing
+
+    def __setitem__(self, node: cst.CSTNode, rng: CodeRange) -> None:
+        if self.done:
+            return
+        super().__setitem__(node, rng)
+        if node in self.missing:
+            self.missing.discard(node)
+            if not self.missing:
+                self.done = True
+                raise _AllFound
+
+    def __missing__(self, node: cst.CSTNode) -> CodeRange:
+        if self.done:
+            return _NO_RANGE
+        raise KeyError(node)
+
+
+def _positions(module: cst.Module, wanted: "set[cst.CSTNode]") -> "Mapping[cst.CSTNode, CodeRange]":
+    """The :class:`~libcst.metadata.CodeRange` (``PositionProvider``'s) of
+    every node in ``wanted`` (and of the nodes before them).
+
+    The provider's one code-generation pass is run directly, and stopped once
+    the last wanted node has its range: through ``MetadataWrapper.resolve``
+    the positions of a whole tree cost about twice as much (238 vs 118 ms on a
+    500-line file with 8 findings; the wrapper adds a visit of the whole
+    tree), and for a file with findings positions were two thirds of its
+    lint. Falls back to the wrapper should LibCST's provider internals change.
+    """
+    provider = PositionProvider()
+    table = _WantedRanges(wanted)
+    try:
+        provider._computed = table
+        provider._gen_impl(module)
+    except _AllFound:
+        pass
+    except AttributeError:  # pragma: no cover - a LibCST without these internals
+        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return table
+
+
+def _too_deep(path: str, what: str) -> Diagnostic:
+    return Diagnostic(PARSE_ERROR_CODE, f"file is nested too deeply to be {what}, so it was not linted",
+                      path, 1, 1, 1, 1)
+
+
+_INDENT = re.compile(r"[ \t]*")
+
+
+class _ExpandedIndentation:
+    """A source whose indentation mixes tabs and spaces in a way CPython
+    accepts but LibCST's tokenizer rejects, re-spelled with spaces.
+
+    CPython measures indentation twice, with tabs to the next multiple of 8
+    and with tabs as one column, and accepts a file when both measures order
+    every pair of lines the same way ("Lexical analysis: Indentation",
+    https://docs.python.org/3/reference/lexical_analysis.html#indentation).
+    LibCST also wants a deeper line to extend the previous line's indentation
+    text: ``"    "`` then ``"\t    "`` is rejected though CPython accepts it.
+    For a source that ``compile()`` accepts, expanding every line's leading
+    whitespace with tab stops of 8 gives the block structure CPython reads,
+    so LibCST parses the same program. Only leading whitespace changes, so
+    lines are unchanged and a column maps back by the difference in indent
+    length (:meth:`map_back`). A whitespace change inside a multi-line string
+    alters no call, binding or scope the rules look at.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.shift: dict[int, tuple[int, int]] = {}  # line -> (expanded indent length, original length)
+        lines = split_lines(source, keepends=True)  # lines as Python counts them
+        for n, line in enumerate(lines, start=1):
+            indent = _INDENT.match(line).group()  # type: ignore[union-attr]
+            if "\t" in indent:
+                wide = indent.expandtabs(8)
+                self.shift[n] = (len(wide), len(indent))
+                lines[n - 1] = wide + line[len(indent):]
+        self.text = "".join(lines)
+
+    @classmethod
+    def for_rejected(cls, source: str) -> "Optional[_ExpandedIndentation]":
+        """The re-spelled source when ``source`` has a tab in its indentation
+        and CPython compiles it; ``None`` otherwise (a real syntax error)."""
+        if "\t" not in source:
+            return None
+        try:
+            compile(source, "<tabs>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        expanded = cls(source)
+        return expanded if expanded.shift else None
+
+    def _col(self, line: int, col: int) -> int:
+        wide, orig = self.shift.get(line, (0, 0))
+        return col - (wide - orig) if col > wide else min(col, orig + 1)
+
+    def map_back(self, d: Diagnostic) -> Diagnostic:
+        """``d`` with columns of the original source; a fix that spans lines
+        is dropped (its replacement was printed with the expanded indentation)."""
+        fix = d.fix
+        if fix is not None:
+            if fix.start[0] != fix.end[0] or "\n" in fix.replacement:
+                fix = None
+            else:
+                fix = dataclasses.replace(fix, start=(fix.start[0], self._col(*fix.start)),
+                                          end=(fix.end[0], self._col(*fix.end)))
+        return dataclasses.replace(d, col=self._col(d.line, d.col), end_col=self._col(d.end_line, d.end_col),
+                                   fix=fix)
 
 
 def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noqa: bool = True) -> LintResult:
@@ -200,20 +407,33 @@ def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noq
     return lint_source(source, path, rules, apply_noqa=apply_noqa)
 
 
-def lint_data(data: bytes, path: str, rules: Sequence[type[Rule]]) -> LintResult:
+def lint_data(data: bytes, path: str, rules: Sequence[type[Rule]], *,
+              budget: Budget = DEFAULT_BUDGET) -> LintResult:
     """Lint one file's bytes: a Jupyter notebook when ``path`` ends in
-    ``.ipynb`` (see :mod:`torchgradlint.notebook`), else Python source."""
-    from .notebook import is_notebook, lint_notebook_bytes
-
+    ``.ipynb`` (see :mod:`torchgradlint.notebook`), else Python source. Bytes
+    over ``budget.max_file_size`` give one ``TGL000`` and are not parsed."""
+    if budget.too_large(len(data)):
+        return LintResult([size_diagnostic(path, len(data), budget)], False)
     if is_notebook(path):
-        return lint_notebook_bytes(data, path, rules)
+        joined = read_notebook(data, path)
+        if isinstance(joined, LintResult):
+            return joined
+        return map_to_cells(lint_source(joined.source, path, rules), joined)
     return lint_bytes(data, path, rules)
 
 
-def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None) -> LintResult:
-    """Read and lint one file (Python or notebook). Unreadable files give one
+def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None,
+              budget: Budget = DEFAULT_BUDGET) -> LintResult:
+    """Read and lint one file (Python or notebook). Unreadable files, and
+    files over ``budget.max_file_size`` (checked before reading), give one
     ``TGL000`` diagnostic."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    if budget.too_large(size):
+        return LintResult([size_diagnostic(display or path, size, budget)], False)
     data = read_file(path, display)
     if isinstance(data, LintResult):
         return data
-    return lint_data(data, display or path, rules)
+    return lint_data(data, display or path, rules, budget=budget)

@@ -31,6 +31,7 @@ from . import __version__
 from .rules import RULE_CODES
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .limits import Budget
     from .registry import Rule
 
 
@@ -107,9 +108,25 @@ class Plugin:
         """Yield flake8's ``(line, col, message, type)`` tuples; ``col`` 0-based."""
         if self._codes == ():
             return
-        from . import engine
+        source = "".join(self.lines)
+        if self._ruled_out(source):
+            return
         from .config import ConfigError
         from .diagnostics import PARSE_ERROR_CODE
+
+        try:
+            budget = self._budget()
+        except ConfigError as exc:
+            yield 1, 0, f"{PARSE_ERROR_CODE} {exc}", type(self)
+            return
+        size = len(source.encode("utf-8", "surrogatepass"))
+        if budget.too_large(size):
+            from .limits import size_diagnostic
+
+            d = size_diagnostic(self.filename, size, budget)
+            yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
+            return
+        from . import engine
 
         rules = self._selected_rules()
         try:
@@ -119,11 +136,39 @@ class Plugin:
             return
         if not rules:
             return
-        source = "".join(self.lines)
         result = engine.lint_source(source, self.filename, rules, apply_noqa=False,
                                     tree=self.tree if isinstance(self.tree, ast.Module) else None)
         for d in result.diagnostics:
             yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
+
+    def _ruled_out(self, source: str) -> bool:
+        """Whether the prefilter rules the file out for every selected code,
+        decided on :data:`~torchgradlint.rules.RULE_PREFILTER`: no rule, no
+        LibCST and no analysis is imported for such a file."""
+        from .prefilter import PrefilterSpec, candidate_rules
+        from .rules import RULE_PREFILTER
+
+        codes = RULE_CODES if self._codes is None else self._codes
+        specs = [PrefilterSpec(c, *RULE_PREFILTER[c]) for c in codes if c in RULE_PREFILTER]
+        tree = self.tree if isinstance(self.tree, ast.Module) else None
+        return not candidate_rules(source, specs, tree)
+
+    def _budget(self) -> "Budget":
+        """The size budget of this file: its ``[tool.torchgradlint]``
+        ``max-file-size``, else the default. (flake8 lints in its own
+        process: the time budget of the CLI's workers does not apply; a file
+        CPython cannot parse never reaches the plugin.)
+
+        Raises:
+            ConfigError: the table is malformed.
+        """
+        from .config import Settings
+
+        if self.filename in ("-", "stdin", ""):
+            from .limits import DEFAULT_BUDGET
+
+            return DEFAULT_BUDGET
+        return Settings().budget_for(self.filename)
 
     def _narrow_by_config(self, rules: list[type["Rule"]]) -> list[type["Rule"]]:
         """Drop rules that the ``[tool.torchgradlint]`` table switches off for this file.

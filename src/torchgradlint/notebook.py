@@ -21,12 +21,10 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
-from .diagnostics import PARSE_ERROR_CODE, Diagnostic
-from .engine import LintResult, lint_source
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic, LintResult
 from .lines import split_lines
-from .registry import Rule
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -136,8 +134,16 @@ def _error(path: str, reason: str) -> Diagnostic:
                       path, 1, 1, 1, 1)
 
 
-def lint_notebook_text(text: str, path: str, rules: Sequence[type[Rule]]) -> LintResult:
-    """Lint a notebook's JSON text; diagnostics carry ``cell`` and cell lines."""
+def read_notebook(data: bytes, path: str) -> Union[JoinedSource, LintResult]:
+    """A notebook file's code cells joined into one program, ready for the
+    engine; or the final result when there is nothing to lint: one ``TGL000``
+    for bytes that are not a UTF-8 notebook, no diagnostics for a notebook of
+    another language. (The engine composes this module with the linter, so
+    this module does not import the engine.)"""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return LintResult([_error(path, f"not UTF-8: {exc.reason}")], False)
     try:
         nb = load_notebook(text)
         cells = code_cells(nb)
@@ -145,8 +151,12 @@ def lint_notebook_text(text: str, path: str, rules: Sequence[type[Rule]]) -> Lin
         return LintResult([_error(path, str(exc))], False)
     if not _language_is_python(nb):
         return LintResult([], False)
-    joined = join_cells(cells)
-    result = lint_source(joined.source, path, rules)
+    return join_cells(cells)
+
+
+def map_to_cells(result: LintResult, joined: JoinedSource) -> LintResult:
+    """``result`` of the joined program with every diagnostic moved to
+    ``(cell, line in cell)``."""
     mapped = []
     for d in result.diagnostics:
         cell, line = joined.locate(d.line)
@@ -157,15 +167,6 @@ def lint_notebook_text(text: str, path: str, rules: Sequence[type[Rule]]) -> Lin
         # Fixes hold joined-source positions: not applicable to the JSON file, so dropped.
         mapped.append(dataclasses.replace(d, line=line, end_line=end_line, end_col=end_col, cell=cell, fix=None))
     return LintResult(mapped, result.parsed)
-
-
-def lint_notebook_bytes(data: bytes, path: str, rules: Sequence[type[Rule]]) -> LintResult:
-    """:func:`lint_notebook_text` for raw bytes (notebooks are UTF-8 JSON)."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        return LintResult([_error(path, f"not UTF-8: {exc.reason}")], False)
-    return lint_notebook_text(text, path, rules)
 
 
 def _string_tokens(raw: str, start: int) -> Optional[tuple[int, int]]:

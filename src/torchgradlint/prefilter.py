@@ -139,6 +139,30 @@ def _defined_names(source: str) -> set[str]:
     return names
 
 
+def text_matches(groups: Sequence[Sequence[str]], source: str) -> bool:
+    """Stage 1's test of one rule: for every group, ``source`` contains at
+    least one of the group's strings (:attr:`Rule.prefilter`)."""
+    return all(any(tok in source for tok in group) for group in groups)
+
+
+class PrefilterSpec:
+    """A rule's prefilter metadata without the rule (for the flake8 plugin,
+    which must not import the rules or LibCST for a file ruled out here).
+    Quacks like a :class:`~torchgradlint.registry.Rule` for
+    :func:`candidate_rules`."""
+
+    def __init__(self, code: str, prefilter: Sequence[Sequence[str]], needs_backward: bool,
+                 needs_grad_evidence: bool) -> None:
+        self.code = code
+        self.prefilter = prefilter
+        self.needs_backward = needs_backward
+        self.needs_grad_evidence = needs_grad_evidence
+
+    def may_fire(self, source: str) -> bool:
+        """See :meth:`Rule.may_fire`."""
+        return text_matches(self.prefilter, source)
+
+
 def may_call_backward(source: str) -> bool:
     """``False`` only when ``source`` holds no call that
     ``analysis.steps.backward_call`` classifies as a backward: no
@@ -196,5 +220,6 @@ def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
     return tree is not None and not runs_code_at_definition_time(tree, source)
 
 
-__all__ = ["TORCH_HINTS", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "is_other_framework_code", "python_ast",
+__all__ = ["TORCH_HINTS", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "text_matches", "PrefilterSpec",
+           "is_other_framework_code", "python_ast",
            "runs_code_at_definition_time", "may_call_backward", "lacks_grad_evidence", "candidate_rules"]

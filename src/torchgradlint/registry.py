@@ -103,7 +103,9 @@ class Rule:
     @classmethod
     def may_fire(cls, source: str) -> bool:
         """Cheap text test: ``False`` means the rule cannot fire on ``source``."""
-        return all(any(tok in source for tok in group) for group in cls.prefilter)
+        from .prefilter import text_matches
+
+        return text_matches(cls.prefilter, source)
 
 
 _RULES: Optional[list[type[Rule]]] = None

@@ -12,7 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from . import grad_mode
-from .model import Assign, Call, ClassInfo, FileModel, Loop, Region, Return, Scope, Target
+from .model import Assign, Call, ClassInfo, FileModel, GradMode, Loop, Region, Return, Scope, Target
 from .names import dotted_name
 from .tree import iter_children, node_types
 
@@ -88,11 +88,23 @@ class _Builder:
 
     # -- traversal -------------------------------------------------------------
     def walk(self, node: cst.CSTNode) -> None:
-        """Visit ``node`` and its subtree in source order (see :mod:`.tree`)."""
+        """Visit ``node`` and its subtree in source order (see :mod:`.tree`).
+
+        Iterative (an explicit stack of child iterators), so a deeply nested
+        file (1,000 nested list displays, a 10,000-long subscript chain) costs
+        no Python recursion; ``on_leave`` runs after a node's last child.
+        """
         self.on_visit(node)
-        for child in iter_children(node):
-            self.walk(child)
-        self.on_leave(node)
+        stack = [(node, iter_children(node))]
+        while stack:
+            parent, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                self.on_leave(parent)
+            else:
+                self.on_visit(child)
+                stack.append((child, iter_children(child)))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.n += 1
@@ -236,7 +248,8 @@ class _Builder:
             qn = self.m.qualname(call.func if call else expr)
             mode = grad_mode.classify(qn, call)
             if mode is not None:
-                region = Region(node, mode, "with", qn or "", self.n)
+                region = Region(node, mode, "with", qn or "", self.n,
+                                flag=call.args[0].value if mode is GradMode.UNKNOWN and call and call.args else None)
             if item.asname is not None:
                 targets: list[Target] = []
                 unpacked = _flatten_targets(item.asname.name, targets)
@@ -351,7 +364,16 @@ def _assume_conventional_names(model: FileModel) -> None:
         for t in a.targets:
             if t.text:
                 bound.add(t.text.split(".")[0])
-    if not model.names.assume_conventional(bound):
+    # ``nn = torch.nn`` at module level: an alias made by assignment.
+    assigned = False
+    for a in model.assigns_in_scope(model.module_scope):
+        if a.kind == "assign" and len(a.targets) == 1 and a.targets[0].kind == "name" and not a.unpacked:
+            value = dotted_name(a.value)
+            qualified = model.names.qualify(value) if value else None
+            if qualified and qualified.split(".")[0] == "torch" and value != a.targets[0].text:
+                model.names.aliases[a.targets[0].text] = qualified
+                assigned = True
+    if not model.names.assume_conventional(bound) and not assigned:
         return
     qualify = model.names.qualify
     for call in model.calls:

@@ -49,6 +49,8 @@ class Region:
     api: str
     order: int
     end: int = -1
+    flag: Optional[cst.BaseExpression] = None
+    """The non-literal flag of ``set_grad_enabled(flag)`` (mode ``UNKNOWN``)."""
 
 
 @dataclass(eq=False)
@@ -510,13 +512,54 @@ class FileModel:
 
     def grad_mode(self, fact: _Located, _depth: int = 0) -> GradMode:
         """Effective grad mode where ``fact`` runs."""
-        if fact.region is not None and fact.region.mode is not GradMode.INHERITED:
-            return fact.region.mode
+        region = fact.region
+        if region is not None and region.mode is GradMode.UNKNOWN and region.flag is not None:
+            return self._flag_mode(region, fact.scope, _depth)
+        if region is not None and region.mode is not GradMode.INHERITED:
+            return region.mode
         return self.base_mode(fact.scope, _depth)
+
+    def _flag_mode(self, region: Region, scope: Scope, depth: int) -> GradMode:
+        """``set_grad_enabled(flag)`` where ``flag`` is a parameter: the mode
+        every same-file call site gives it (a literal argument, or the
+        parameter's literal default when the call omits it); ``UNKNOWN``
+        when they disagree, pass a non-literal or there is no call site."""
+        fn = self.enclosing_function(scope)
+        flag = region.flag
+        if fn is None or not isinstance(flag, cst.Name) or flag.value not in fn.params or depth > 3:
+            return GradMode.UNKNOWN
+        index = fn.params.index(flag.value)
+        default = _param_default(fn, flag.value)
+        values: set[Optional[bool]] = set()
+        for site in self.callers_of(fn):
+            offset = 1 if fn.class_name is not None and site.func_text and "." in site.func_text else 0
+            arg = site.arg(index - offset, flag.value)
+            value = arg if arg is not None else default
+            values.add(_literal_bool(value))
+        if len(values) != 1 or None in values:
+            return GradMode.UNKNOWN
+        return GradMode.ENABLED if values.pop() else GradMode.DISABLED
 
     def regions_of(self, fact: _Located) -> list[Region]:
         """Grad-mode regions enclosing ``fact`` within its scope, outermost first."""
         return [r for r in self.regions if r.order <= fact.order <= r.end and fact.scope.contains(r.order)]
+
+
+def _param_default(fn: Scope, name: str) -> Optional[cst.BaseExpression]:
+    node = fn.node
+    if not isinstance(node, cst.FunctionDef):
+        return None
+    p = node.params
+    for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+        if param.name.value == name:
+            return param.default
+    return None
+
+
+def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
 
 
 def _if_branches(node: cst.If) -> list[cst.CSTNode]:

@@ -228,6 +228,10 @@ def is_module_call(model: FileModel, node: cst.CSTNode) -> bool:
         return True
     if text in module_names(model):
         return True
+    if text in ("self", "self.forward"):  # a module class calling its own forward
+        fact = call_fact(model, node)
+        fn = model.enclosing_function(fact.scope) if fact is not None else None
+        return fn is not None and fn.class_name in modes.module_classes(model)
     last = text.rsplit(".", 1)[-1]
     head = text.split(".")[0]
     return bool(_MODULE_NAME.match(last)) and (head == "self" or "." not in text)
@@ -432,6 +436,25 @@ def _backpropagated_bindings(model: FileModel, scope: Scope) -> dict[str, set[in
     return c.backpropagated_bindings[key]
 
 
+def _literal_args(fact: Call, callee: Scope) -> dict[str, Optional[bool]]:
+    """``True``/``False`` literals a call gives the callee's parameters
+    (passed, or left at a literal default)."""
+    node = callee.node
+    if not isinstance(node, cst.FunctionDef):
+        return {}
+    p = node.params
+    params = [*p.posonly_params, *p.params, *p.kwonly_params]
+    names = [x.name.value for x in params]
+    offset = 1 if callee.class_name is not None and fact.func_text and "." in fact.func_text else 0
+    out: dict[str, Optional[bool]] = {}
+    for i, param in enumerate(params):
+        value = fact.arg(i - offset, param.name.value) if i >= offset else None
+        value = value if value is not None else param.default
+        out[names[i]] = (value.value == "True") if isinstance(value, cst.Name) and value.value in (
+            "True", "False") else None
+    return out
+
+
 class _Evaluator:
     """One evaluation of an expression; follows bindings, same-file calls
     (parameters bound to the caller's arguments) and modules' ``forward``."""
@@ -440,6 +463,7 @@ class _Evaluator:
         self.m = model
         self.active: set[int] = set()
         self.env: dict[int, dict[str, Provenance]] = {}
+        self.literals: dict[int, dict[str, Optional[bool]]] = {}
         self.call_depth = 0
 
     # -- names ------------------------------------------------------------------------
@@ -512,7 +536,7 @@ class _Evaluator:
             return _UNKNOWN
         if isinstance(value, cst.Call):
             returned = self._at_call_site(value, b, depth, self.same_file_call(value, b, depth, index))
-            if returned is not None:
+            if returned is not None and (returned.attached or returned.detached or not is_module_call(self.m, value)):
                 return returned
         whole = self.expr(value, b, depth + 1)
         if whole.attached and not whole.weak:
@@ -539,6 +563,7 @@ class _Evaluator:
             return _UNKNOWN
         frame = self._bind_params(fact, callee, at, depth)
         self.env[id(callee)] = frame
+        self.literals[id(callee)] = _literal_args(fact, callee)
         self.call_depth += 1
         try:
             parts = []
@@ -561,6 +586,19 @@ class _Evaluator:
         finally:
             self.call_depth -= 1
             del self.env[id(callee)]
+            del self.literals[id(callee)]
+
+    def mode(self, at: _Located) -> GradMode:
+        """Grad mode where ``at`` runs, for the call being evaluated: a
+        ``set_grad_enabled(flag)`` whose flag is a parameter takes the value
+        this call passes (or the default it leaves)."""
+        region = at.region
+        if region is not None and region.flag is not None and isinstance(region.flag, cst.Name):
+            fn = self.m.enclosing_function(at.scope)
+            literals = self.literals.get(id(fn)) if fn is not None else None
+            if literals is not None and literals.get(region.flag.value) is not None:
+                return GradMode.ENABLED if literals[region.flag.value] else GradMode.DISABLED
+        return self.m.grad_mode(at)
 
     def _at_call_site(self, node: cst.Call, at: _Located, depth: int,
                       returned: Optional[Provenance]) -> Optional[Provenance]:
@@ -616,7 +654,7 @@ class _Evaluator:
     def _op(self, at: _Located, parts: list[Provenance], node: Optional[cst.CSTNode] = None) -> Provenance:
         """A new tensor computed from ``parts`` by ``node`` where ``at`` runs."""
         m = self.m
-        mode = m.grad_mode(at)
+        mode = self.mode(at)
         inference = any(p.inference for p in parts)
         if mode is GradMode.DISABLED:
             region = _no_grad_region(m, at)
@@ -652,6 +690,9 @@ class _Evaluator:
             text = dotted_name(node)
             if text and self.m.reaching_bindings(text, at):
                 return self.name(text, at, depth)
+            head = text.split(".")[0] if text else None
+            if head and head in self.m.names.aliases and not (self.m.names.aliases[head] or "").startswith("torch"):
+                return _CONST  # ``np.nan``, ``math.pi``: a constant of an imported module
             if text and text.split(".")[0] in ("self", "cls"):
                 return _UNKNOWN
             base = self.expr(node.value, at, depth + 1)
@@ -698,7 +739,7 @@ class _Evaluator:
     def call(self, node: cst.Call, at: _Located, depth: int) -> Provenance:
         m = self.m
         func = node.func
-        mode = m.grad_mode(at)
+        mode = self.mode(at)
         if isinstance(func, cst.Attribute):
             meth = func.attr.value
             if meth in torch_api.DETACHING_METHODS:

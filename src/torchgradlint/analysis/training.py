@@ -114,8 +114,8 @@ def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
 
 _ITER_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "islice", "reversed", "sorted", "list",
                             "tuple", "cycle", "chain", "progress_bar", "track"})
-_DATA_SOURCE = re.compile(r"(loader|data|batch|dataset|sampler|iterator|^dl$|^ds$|_dl$|_ds$|episodes?$|^env)",
-                          re.I)
+_DATA_SOURCE = re.compile(r"(loader|data|batch|dataset|sampler|iterator|^dl$|^ds$|_dl$|_ds$|episodes?$|^env"
+                          r"|^(tr|va|val|valid|validation|test|train|dev|eval)(_|$))", re.I)
 
 
 def iterates_data(model: FileModel, loop: Loop) -> bool:
@@ -143,6 +143,8 @@ def iterates_data(model: FileModel, loop: Loop) -> bool:
             return False
         break
     text = dotted_name(it) if it is not None else None
+    if text and isinstance(node.target, cst.Tuple) and it is node.iter:
+        return True  # ``for x, y in pairs``: (input, target) batches
     return bool(text) and bool(_DATA_SOURCE.search(text.rsplit(".", 1)[-1]))
 
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..analysis.model import FileModel, GradMode
-from ..analysis.modes import is_module_at, may_be_training, mode_sensitive_at, recalibrates_statistics
+from ..analysis.modes import (
+    TRAINED,
+    is_module_at,
+    may_be_training,
+    modes_at,
+    mode_sensitive_at,
+    recalibrates_statistics,
+)
+from ..analysis.steps import optimizer_step
+from ..analysis.torch_api import FORWARD_METHODS
+from ..analysis.training import iterates_data, loop_trains
 from ..analysis.steps import foreign_framework_file
 from ..registry import Finding, Rule
 
@@ -22,7 +32,8 @@ class NoGradWithoutEval(Rule):
     code = "TGL201"
     name = "no-grad-without-eval"
     summary = "module evaluated under no_grad/inference_mode while it may be in training mode"
-    prefilter = (("no_grad", "inference_mode", "set_grad_enabled"),)
+    # an evaluation loop without no_grad follows training: "backward" is in the file
+    prefilter = (("no_grad", "inference_mode", "set_grad_enabled", "backward"),)
     docs = """
 ## What it does
 Checks for modules called inside `torch.no_grad()`, `torch.inference_mode()`
@@ -81,18 +92,44 @@ for epoch in range(epochs):
   <https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation>
 """
 
+    @staticmethod
+    def _evaluation_loops(model: FileModel) -> Iterator[Finding]:
+        """A loop over a data source that runs a trained module with grad
+        enabled and no backward: an evaluation pass without ``no_grad`` after
+        training the module in the same function, still in training mode."""
+        reported: set[int] = set()
+        for call in model.calls:
+            loop = call.loop
+            if loop is None or id(loop) in reported or model.grad_mode(call) is GradMode.DISABLED:
+                continue
+            text = _module_text(call)
+            if text is None or not is_module_at(model, call, text):
+                continue
+            if not iterates_data(model, loop) or loop_trains(model, loop) or any(
+                    optimizer_step(model, c) for c in model.calls_within(loop.order, loop.end)):
+                continue
+            if TRAINED not in modes_at(model, call, text) or not mode_sensitive_at(model, call, text):
+                continue
+            if recalibrates_statistics(model, call) or _during_construction(model, call.scope):
+                continue
+            reported.add(id(loop))
+            yield Finding.from_text(loop.node, (
+                f"this loop evaluates `{text}` after training it, without `{text}.eval()`: dropout stays active "
+                "and batch-norm running statistics are overwritten by evaluation data (and without "
+                f"`torch.no_grad()` every batch builds a graph); call `{text}.eval()` before the loop and "
+                f"`{text}.train()` after"))
+
     def check(self, model: FileModel) -> Iterator[Finding]:
-        if not model.regions and not any(s.decorator_region for s in model.scopes):
-            return
         if foreign_framework_file(model):
+            return
+        yield from self._evaluation_loops(model)
+        if not model.regions and not any(s.decorator_region for s in model.scopes):
             return
         reported: set[tuple[int, str]] = set()
         for call in model.calls:
-            text = call.func_text
-            if not text or text in ("self", "cls"):
+            text = _module_text(call)
+            if text is None:
                 continue
-            if text.endswith(".forward"):
-                text = text[: -len(".forward")]
             if model.grad_mode(call) is not GradMode.DISABLED:
                 continue
             if not is_module_at(model, call, text):
@@ -114,6 +151,18 @@ for epoch in range(epochs):
                 f"before, with no `.eval()` in between): dropout stays active and batch-norm running "
                 f"statistics are overwritten by evaluation data; call `{text}.eval()` before evaluating "
                 f"and `{text}.train()` after"))
+
+
+def _module_text(call) -> "str | None":
+    """The module a call runs the forward of: ``model`` for ``model(x)``,
+    ``model.forward(x)`` and ``model.generate(x)``."""
+    text = call.func_text
+    if not text or text in ("self", "cls"):
+        return None
+    head, _, last = text.rpartition(".")
+    if head and last in FORWARD_METHODS:
+        return head
+    return text
 
 
 def _during_construction(model: FileModel, scope, depth: int = 0) -> bool:

@@ -1,0 +1,115 @@
+#!/usr/bin/env python
+"""Diagnostic round-trip of ``torchgradlint server`` after start-up.
+
+Starts the server over stdio with pygls's LanguageClient, opens a training
+file (default: about 500 lines made of the rule fixtures; or ``--file``),
+waits for its first diagnostics (start-up, imports and the first lint), then
+sends ``--edits`` full-text changes (each inserts a comment line, so every
+version differs and is linted) one at a time and times, for each, from the
+``didChange`` until the ``publishDiagnostics`` of that version arrives.
+Prints the median, min and max in milliseconds.
+
+Usage::
+
+    python bench/server_latency.py
+    python bench/server_latency.py --file path/to/train.py --edits 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def training_file(lines: int = 500) -> str:
+    """About ``lines`` lines of training code: the fixtures, one after another."""
+    parts, n = [], 0
+    for path in sorted((ROOT / "fixtures").glob("TGL*/*.py")):
+        text = path.read_text()
+        parts.append(text)
+        n += text.count("\n")
+        if n >= lines:
+            break
+    return "".join(parts)
+
+
+async def measure(text: str, edits: int) -> tuple[float, list[float], int]:
+    client = LanguageClient("bench", "1")
+    arrived: asyncio.Queue = asyncio.Queue()
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def on_diagnostics(params: types.PublishDiagnosticsParams) -> None:
+        arrived.put_nowait((time.perf_counter(), params))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        uri = (Path(tmp) / "train.py").as_uri()
+        started = time.perf_counter()
+        await client.start_io(sys.executable, "-m", "torchgradlint", "server")
+        await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+        client.initialized(types.InitializedParams())
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        at, first = await arrived.get()
+        startup = at - started
+        times = []
+        for version in range(2, edits + 2):
+            edited = f"# edit {version}\n" + text
+            sent = time.perf_counter()
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[types.TextDocumentContentChangeWholeDocument(text=edited)]))
+            while True:
+                at, params = await arrived.get()
+                if params.version == version:
+                    break
+            times.append((at - sent) * 1000)
+        await client.shutdown_async(None)
+        client.exit(None)
+        await client.stop()
+    return startup, times, len(first.diagnostics)
+
+
+def lint_cpu(text: str, rounds: int) -> list[float]:
+    """CPU milliseconds of ``engine.lint_source`` on ``text`` (what the server runs per edit)."""
+    from torchgradlint.engine import lint_source
+    from torchgradlint.registry import all_rules
+
+    rules = [r for r in all_rules() if r.default_enabled]
+    lint_source(text, "train.py", rules)
+    out = []
+    for _ in range(rounds):
+        start = time.process_time()
+        lint_source(text, "train.py", rules)
+        out.append((time.process_time() - start) * 1000)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--file", type=Path, help="training file to edit (default: ~500 lines of fixtures)")
+    parser.add_argument("--edits", type=int, default=20)
+    args = parser.parse_args()
+    text = args.file.read_text() if args.file else training_file()
+    startup, times, found = asyncio.run(measure(text, args.edits))
+    print(f"file: {args.file or 'fixtures'} ({text.count(chr(10))} lines, {found} diagnostics)")
+    print(f"start-up to first diagnostics: {startup * 1000:.0f} ms")
+    print(f"round-trip over {len(times)} edits: median {statistics.median(times):.1f} ms, "
+          f"min {min(times):.1f} ms, max {max(times):.1f} ms")
+    cpu = lint_cpu(text, args.edits)
+    print(f"the lint alone, in this process: median {statistics.median(cpu):.1f} ms CPU "
+          f"(a floor for the round-trip that a loaded machine does not move)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

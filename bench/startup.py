@@ -1,0 +1,80 @@
+#!/usr/bin/env python
+"""What the flake8 plugin adds to a flake8 run (editor start-up cost).
+
+Times, as medians over ``--rounds`` runs (wall clock, each a fresh process,
+the two commands interleaved):
+
+1. ``flake8 --select F,TGL FILE`` minus ``flake8 --select F FILE`` on a
+   two-line file that never mentions torch (target <= 0.03 s: the plugin must
+   import neither the rules nor LibCST for it);
+2. the same on a training script (default: ``fixtures/TGL001/bad_basic_loop.py``;
+   the floor is ``import libcst`` plus one parse), with ``import libcst``
+   timed alone for reference;
+3. ``--select F,TGL`` / ``--select F`` over a tree of training code
+   (``--tree``; default: ``fixtures/``), flake8's default parallelism.
+
+Usage::
+
+    python bench/startup.py
+    python bench/startup.py --rounds 15 --tree path/to/examples
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def timed(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def flake8(select: str, target: Path) -> list[str]:
+    return [sys.executable, "-m", "flake8", "--isolated", f"--select={select}", str(target)]
+
+
+def pair(target: Path, rounds: int) -> tuple[float, float]:
+    """Medians of ``--select F`` and ``--select F,TGL`` on ``target`` (seconds)."""
+    f, ftgl = [], []
+    for i in range(rounds):
+        order = [("F", f), ("F,TGL", ftgl)]
+        if i % 2:
+            order.reverse()
+        for select, into in order:
+            into.append(timed(flake8(select, target)))
+    return statistics.median(f), statistics.median(ftgl)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--train", type=Path, default=ROOT / "fixtures" / "TGL001" / "bad_basic_loop.py")
+    parser.add_argument("--tree", type=Path, default=ROOT / "fixtures")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "plain.py"
+        plain.write_text("import os\nprint(os.getcwd())\n")
+        f, ftgl = pair(plain, args.rounds)
+        print(f"non-torch file: F {f:.3f} s, F,TGL {ftgl:.3f} s, plugin adds {ftgl - f:+.3f} s")
+    f, ftgl = pair(args.train, args.rounds)
+    imp = statistics.median(timed([sys.executable, "-c", "import libcst"]) for _ in range(args.rounds))
+    bare = statistics.median(timed([sys.executable, "-c", "pass"]) for _ in range(args.rounds))
+    print(f"training script {args.train.name}: F {f:.3f} s, F,TGL {ftgl:.3f} s, plugin adds {ftgl - f:+.3f} s "
+          f"(import libcst alone: {imp - bare:.3f} s)")
+    n = sum(1 for _ in args.tree.rglob("*.py"))
+    f, ftgl = pair(args.tree, max(3, args.rounds // 2))
+    print(f"tree {args.tree} ({n} files): F {f:.2f} s, F,TGL {ftgl:.2f} s, ratio {ftgl / f:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
