@@ -61,7 +61,7 @@ def test_internal_error_is_a_tgl000_finding_never_all_checks_passed(isolated_cwd
     assert out.startswith("t.py:1:1: TGL000 internal error, so the file was not linted (please report): "
                           "RuntimeError: boom in a rule")
     assert "Traceback" in err and "All checks passed" not in err
-    assert "Found 1 finding in 1 file." in err
+    assert "Found 1 finding in 1 file: 0 linted, 1 not parsed." in err
 
 
 def test_internal_error_on_standard_input(isolated_cwd, capsys, monkeypatch):

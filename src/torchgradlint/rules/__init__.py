@@ -18,5 +18,5 @@ RULE_PREFILTER = {
     "TGL002": ((("backward", "grad"), ("no_grad", "inference_mode", "set_grad_enabled")), False, False),
     "TGL101": ((("append", "extend", "insert", "+", "["),), False, True),
     "TGL102": ((("retain_graph",),), True, False),
-    "TGL201": ((("no_grad", "inference_mode", "set_grad_enabled"),), False, False),
+    "TGL201": ((("no_grad", "inference_mode", "set_grad_enabled", "backward"),), False, False),
 }
