@@ -183,3 +183,25 @@ def test_a_fix_the_encoding_cannot_represent_leaves_the_file_alone():
     with pytest.raises(UnfixableFile):
         encode_like("# coding: latin-1\nx = '€'\n", data)
     assert encode_like("# coding: latin-1\nx = 'ü'\n", data)[1] == "# coding: latin-1\nx = 'ü'\n".encode("latin-1")
+
+
+def test_language_server_noqa_action_lands_on_the_reported_line(tmp_path):
+    pytest.importorskip("pygls")
+    from lsprotocol import types
+
+    from test_server import run as run_server
+
+    source = train(c1="\u2028", c2="a\x0cb")
+
+    async def scenario(s):
+        uri = s.open(tmp_path / "train.py", source)
+        (d,) = [x for x in (await s.next_diagnostics(uri)).diagnostics if x.code == "TGL101"]
+        assert d.range.start.line == 11
+        actions = await s.client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=d.range,
+            context=types.CodeActionContext(diagnostics=[d])))
+        (nedit,) = next(a for a in actions if a.title.startswith("Add")).edit.changes[uri]
+        end_of_line = len("    losses.append(loss)")
+        assert (nedit.range.start.line, nedit.range.start.character) == (11, end_of_line)
+
+    run_server(scenario, tmp_path)
