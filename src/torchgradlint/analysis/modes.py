@@ -58,6 +58,10 @@ _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 _PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                            "torch.nn.parallel.DistributedDataParallel", "torch.jit.script"})
 # Layers whose forward depends on ``training``.
+# Names that hold a module by convention (``model``, ``net``, ``self.encoder``...).
+MODULE_NAME = re.compile(
+    r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
+    r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
 _MODE_LAYER = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
 # Source tokens that make a class's forward depend on ``training``.
 _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|\bdropout|batch_norm|"
@@ -365,10 +369,14 @@ def _forwards_uncached(model: FileModel, scope: Scope, text: str, depth: int) ->
         if c.func_text in (text, f"{text}.forward") and model.grad_mode(c) is not GradMode.DISABLED:
             return True
         if depth < _MAX_DEPTH and c.scope is scope:
-            for callee in model.resolve_callee(c):
+            callees = model.resolve_callee(c)
+            for callee in callees:
                 inner = map_into(model, c, callee, text)
                 if callee is not scope and inner and _forwards(model, callee, inner, depth + 1):
                     return True
+            if not callees and c.method not in _MODULE_METHODS | _WRAPPERS and model.grad_mode(c) is not \
+                    GradMode.DISABLED and any(dotted_name(a.value) == text for a in c.node.args):
+                return True  # handed to an unknown function (``compute_loss(policy, batch)``) that runs it
     return False
 
 
@@ -445,6 +453,11 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
                 if sub:
                     raw.append(ModeEvent(call, sub[-1].kind))
                     break
+    for alias in _aliases(model, scope, text):
+        # ``model = context.model``: the events of the alias are the module's
+        seen = {id(e.call) for e in raw}
+        raw += [e for e in events(model, scope, alias, depth) if id(e.call) not in seen]
+    raw.sort(key=lambda e: e.order)
     out: list[ModeEvent] = []
     last_explicit: Optional[str] = None
     for e in raw:
@@ -454,6 +467,19 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
             last_explicit = e.kind
         out.append(e)
     c.events[key] = out
+    return out
+
+
+def _aliases(model: FileModel, scope: Scope, text: str) -> set[str]:
+    """Names that ``scope`` binds to exactly ``text`` (``model =
+    context.model``), and only to it."""
+    out: set[str] = set()
+    for a in model.assigns_in_scope(scope):
+        if a.kind == "assign" and not a.unpacked and len(a.targets) == 1 and a.targets[0].text \
+                and dotted_name(a.value) == text and a.targets[0].text != text:
+            name = a.targets[0].text
+            if all(b is a for b in model.bindings_of(name, scope) if b.kind != "param"):
+                out.add(name)
     return out
 
 
@@ -576,8 +602,18 @@ def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
         return False
     if is_module(model, text):
         return True
+    if MODULE_NAME.match(text.rsplit(".", 1)[-1]) and ("." not in text or text.startswith("self.")) \
+            and not model.bindings_of(text, model.module_scope) and _trained_anywhere(model, text):
+        return True  # ``model`` / ``self.net`` that a training step in this file runs
     fn = model.enclosing_function(call.scope)
     return fn is not None and any(is_module(model, o) for o in _caller_names(model, fn, text))
+
+
+def _trained_anywhere(model: FileModel, text: str) -> bool:
+    """Whether some scope of the file runs ``text``'s forward and trains
+    (a backward or an optimizer step in the same scope)."""
+    return any(e.kind == TRAINED for s in model.scopes if s.kind in ("module", "function")
+               for e in events(model, s, text))
 
 
 def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:

@@ -99,9 +99,6 @@ _UNKNOWN = Provenance(State.UNKNOWN)
 _UNKNOWN_INFERENCE = Provenance(State.UNKNOWN, inference=True)
 _CONST = Provenance(State.DETACHED)
 
-_MODULE_NAME = re.compile(
-    r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
-    r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
 _MAX_DEPTH = 32
 _MAX_CALL_DEPTH = 3
 
@@ -234,7 +231,7 @@ def is_module_call(model: FileModel, node: cst.CSTNode) -> bool:
         return fn is not None and fn.class_name in modes.module_classes(model)
     last = text.rsplit(".", 1)[-1]
     head = text.split(".")[0]
-    return bool(_MODULE_NAME.match(last)) and (head == "self" or "." not in text)
+    return bool(modes.MODULE_NAME.match(last)) and (head == "self" or "." not in text)
 
 
 def _reduction_scalar(node: Optional[cst.BaseExpression]) -> bool:

@@ -153,6 +153,8 @@ class GradReset:
     target: Optional[str]
     fact: Optional[object] = None
     """The call or binding that resets (``None`` for a helper's inner reset)."""
+    module: Optional[str] = None
+    """For ``M.zero_grad()`` on a module: ``M`` (it resets M's parameters only)."""
 
 
 def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradReset]:
@@ -161,7 +163,8 @@ def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradRe
     if call.method == "zero_grad":
         recv = call.receiver_text
         target = recv if recv and is_optimizer(model, recv) else None
-        return GradReset(call.order, target, call)
+        module = recv if recv and target is None and recv not in ("self",) else None
+        return GradReset(call.order, target, call, module)
     if call.method and _RESET_NAME.search(call.method):
         return GradReset(call.order, None, call)
     recv = call.receiver_text or ""
@@ -255,3 +258,30 @@ def covers(modules: frozenset[str], callee: Optional[str]) -> bool:
     if not callee:
         return False
     return any(callee == m or callee.startswith(m + ".") or m.startswith(callee + ".") for m in modules)
+
+
+def optimizer_owner(model: FileModel, optimizer: Optional[str]) -> Optional[frozenset[str]]:
+    """The modules an optimizer updates, when the file tells: its
+    constructor's ``.parameters()`` receivers, or the module that owns it as
+    an attribute (``self.discriminator.optimizer`` -> ``self.discriminator``)."""
+    modules = optimizer_modules(model, optimizer)
+    if modules:
+        return modules
+    if optimizer and "." in optimizer:
+        head, _, last = optimizer.rpartition(".")
+        if _looks_like_optimizer(last) and head not in ("self", "cls"):
+            return frozenset({head})
+    return None
+
+
+def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str]) -> bool:
+    """Whether ``reset`` clears the gradients that the optimizer steps:
+    a reset of unknown reach covers any; ``opt.zero_grad()`` covers ``opt``;
+    ``M.zero_grad()`` covers an optimizer unless the file shows that
+    optimizer updates other modules."""
+    if reset.target is None and reset.module is None:
+        return True
+    if reset.target is not None:
+        return reset.target == optimizer
+    owner = optimizer_owner(model, optimizer)
+    return owner is None or covers(owner, reset.module)

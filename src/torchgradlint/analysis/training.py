@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, Loop, Scope
+from .model import Call, FileModel, Loop, Scope, names_in
 from .names import dotted_name
 from .steps import Backward, OptimizerStep, backward_call, optimizer_step
 
@@ -152,3 +152,42 @@ def loop_trains(model: FileModel, loop: Loop) -> bool:
     """Whether ``loop``'s body runs a backward (directly or through a
     same-file helper), ``torch.autograd.grad`` included."""
     return any(runs_backward(model, c, accumulating_only=False) for c in model.calls_within(loop.order, loop.end))
+
+
+_STORE_METHODS = frozenset({"append", "extend", "insert", "add", "push", "put", "store", "update", "appendleft"})
+
+
+def feeds_backward(model: FileModel, call: Call) -> bool:
+    """Whether what ``call`` computes flows, later in the same iteration of
+    an enclosing loop, into a value that is backpropagated: a training-time
+    forward (a GAN's generator sampled for the discriminator step, an RL
+    rollout of the policy being trained, pseudo-labels), not an evaluation.
+
+    Names are followed forward through bindings and through containers that
+    a tainted value is stored into (``rollout.append((obs, r))``)."""
+    loop = call.loops[0] if call.loops else None
+    if loop is None:
+        return False
+    tainted: set[str] = set()
+    facts = sorted([*model.assigns_within(call.order, loop.end), *model.calls_within(call.order, loop.end)],
+                   key=lambda f: f.order)
+    for a in model.assigns_within(loop.order, loop.end):
+        if a.statement is call.statement:
+            tainted |= {t.text for t in a.targets if t.text}
+    if not tainted:
+        return False
+    for fact in facts:
+        if fact.scope is not call.scope:
+            continue
+        if isinstance(fact, Call):
+            reads = set()
+            for arg in fact.node.args:
+                reads |= names_in(arg.value)
+            if fact.method in _STORE_METHODS and fact.receiver_text and reads & tainted:
+                tainted.add(fact.receiver_text)
+            b = backward_call(model, fact)
+            if b is not None and names_in(b.target) & tainted:
+                return True
+        elif fact.value is not None and names_in(fact.value) & tainted:
+            tainted |= {t.text for t in fact.targets if t.text}
+    return False

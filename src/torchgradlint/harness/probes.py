@@ -786,3 +786,5 @@ class ModuleModeProbe(Probe):
 
 PROBES: dict[str, type[Probe]] = {p.name: p for p in
                                   (StaleGradientProbe, GradModeProbe, RetainedGraphProbe, ModuleModeProbe)}
+
+from . import probes_numerics  # noqa: E402,F401 - registers its probes in PROBES

@@ -27,6 +27,14 @@ RULE_PROBES: dict[str, str] = {
     "TGL101": "retained-graph",
     "TGL102": "retained-graph",
     "TGL201": "module-mode",
+    "TGL104": "ctx-tensors",
+    "TGL303": "probability-input",
+    "TGL304": "gradcheck-power",
+    "TGL305": "nan-parameters",
+    "TGL006": "unoptimized-grads",
+    "TGL007": "unoptimized-grads",
+    "TGL103": "unused-graph",
+    "TGL203": "eval-spread",
 }
 
 AGREE, DISAGREE = "agree", "disagree"

@@ -84,8 +84,9 @@ def measure(path: Path, probe_name: str, device: str, steps: int, seed: int = 0)
     import torch
 
     from .probes import PROBES, install_autograd_wrappers
+    from .probes_structure import STRUCTURE_PROBES
 
-    probe_cls = PROBES[probe_name]
+    probe_cls = {**PROBES, **STRUCTURE_PROBES}[probe_name]
     start = time.perf_counter()
     install_autograd_wrappers()
     out: dict = {"probe": probe_name, "device": device, "measurement": None, "error": None,

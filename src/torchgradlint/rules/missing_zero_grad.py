@@ -6,7 +6,15 @@ from typing import Iterator
 
 from ..analysis.model import FileModel
 from ..analysis.names import dotted_name
-from ..analysis.steps import foreign_framework_file, function_resets, is_optimizer, resets_within
+from ..analysis.steps import (
+    GradReset,
+    backward_call,
+    foreign_framework_file,
+    function_resets,
+    is_optimizer,
+    reset_covers,
+    resets_within,
+)
 from ..analysis.training import step_sites, training_loop_of
 from ..registry import Finding, Rule
 
@@ -77,21 +85,32 @@ for x, y in loader:
             if site.in_helper_loop:
                 continue  # judged at the helper's own training loop
             loop = training_loop_of(model, site)
-            if loop is None:
+            span = (loop.order, loop.end) if loop is not None else _step_function(model, site)
+            if span is None:
                 continue
-            resets = [r for r in resets_within(model, loop.order, loop.end)
+            resets = [r for r in resets_within(model, *span)
                       if r.fact is None or not model.exclusive(r.fact, site.via)]
+            if loop is None and not resets:
+                continue  # a step function without any reset: its callers' job
             closure = site.step.closure
             if closure is not None and any(
                 function_resets(model, fn) for fn in model.functions.get(dotted_name(closure) or "", [])
             ):
                 continue
             stepped = _canonical(model, site.step.optimizer, site.step.call)
-            if resets and (any(r.target is None for r in resets)
-                           or stepped in {_canonical(model, r.target, r.fact) for r in resets}
-                           or not is_optimizer(model, site.step.optimizer)):
-                # A reset of a named optimizer silences the step unless the
-                # stepped optimizer is another optimizer (built here or named as one).
+            if resets and (not is_optimizer(model, site.step.optimizer) or any(
+                    reset_covers(model, GradReset(r.order, _canonical(model, r.target, r.fact), r.fact, r.module),
+                                 stepped) for r in resets)):
+                # A reset silences the step unless the stepped optimizer is
+                # provably another one (or another module's).
+                continue
+            if loop is None:
+                first = _first_backward(model, span, site.via.order)
+                yield Finding((first or site.via).node, (
+                    f"`{site.step.optimizer}` steps after `backward()` in this function, which resets other "
+                    "gradients but never this optimizer's: each call adds onto the gradients earlier calls "
+                    f"left, so every step applies their sum; reset them (`{site.step.optimizer}.zero_grad()`) "
+                    "before the backward"))
                 continue
             opt = site.step.optimizer or "the optimizer"
             if site.via is site.step.call:
@@ -115,3 +134,19 @@ def _canonical(model: FileModel, text, at, depth: int = 0):
             and dotted_name(binding.value) is not None:
         return _canonical(model, dotted_name(binding.value), binding, depth + 1)
     return text
+
+
+def _step_function(model: FileModel, site):
+    """The span of the function a loop-free optimizer step runs in, when
+    that function also runs a backward before the step."""
+    fn = model.enclosing_function(site.via.scope)
+    if fn is None or _first_backward(model, (fn.order, fn.end), site.via.order) is None:
+        return None
+    return (fn.order, fn.end)
+
+
+def _first_backward(model: FileModel, span, before: int):
+    for c in model.calls_within(*span):
+        if c.order < before and backward_call(model, c) is not None:
+            return c
+    return None

@@ -7,6 +7,7 @@ from typing import Iterator
 from ..analysis.model import FileModel, GradMode
 from ..analysis.modes import (
     TRAINED,
+    events,
     is_module_at,
     may_be_training,
     modes_at,
@@ -15,7 +16,7 @@ from ..analysis.modes import (
 )
 from ..analysis.steps import optimizer_step
 from ..analysis.torch_api import FORWARD_METHODS
-from ..analysis.training import iterates_data, loop_trains
+from ..analysis.training import feeds_backward, iterates_data, loop_trains
 from ..analysis.steps import foreign_framework_file
 from ..registry import Finding, Rule
 
@@ -144,6 +145,8 @@ for epoch in range(epochs):
                 continue  # a hand-written update_bn pass: training mode on purpose
             if _during_construction(model, call.scope):
                 continue  # a shape probe while the module is built: nothing trained to evaluate yet
+            if feeds_backward(model, call) and _trained_in_loop(model, call, text):
+                continue  # a training-time forward (GAN sample, RL rollout, pseudo-labels), not an evaluation
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
             yield Finding.from_text(call.node, (
@@ -175,3 +178,11 @@ def _during_construction(model: FileModel, scope, depth: int = 0) -> bool:
         return True
     callers = model.callers_of(fn)
     return bool(callers) and all(_during_construction(model, c.scope, depth + 1) for c in callers)
+
+
+def _trained_in_loop(model: FileModel, call, text: str) -> bool:
+    """Whether the module ``text`` is itself trained in the outermost loop
+    around ``call`` (the model being trained, not a frozen teacher)."""
+    loop = call.loops[0] if call.loops else None
+    return loop is not None and any(e.kind == TRAINED and loop.contains(e.order)
+                                    for e in events(model, call.scope, text))

@@ -1,0 +1,480 @@
+"""Probes for the numerics and custom-autograd rules (TGL104, TGL303, TGL304, TGL305).
+
+=================  ===========  ==========================================================
+probe              rules        defect when
+=================  ===========  ==========================================================
+gradcheck-power    TGL304       >= 1 gradcheck/gradgradcheck call that cannot tell right
+                                from wrong: the correct function fails it, or the same
+                                function with a backward 1 % too large passes it
+ctx-tensors        TGL104       >= 1 custom-Function output still alive after ``main``
+                                returned with gc disabled and freed by ``gc.collect()``
+                                (held only by a ctx reference cycle),
+                                or >= 1 backward that read a tensor stored on ctx after it
+                                was modified in place (a silently wrong gradient)
+nan-parameters     TGL305       >= 1 non-finite parameter element after an optimizer step
+probability-input  TGL303       >= 1 cross_entropy/nll_loss call whose input rows are
+                                probabilities, or binary_cross_entropy_with_logits call whose
+                                input lies in [0, 1]: the loss has a floor above 0
+=================  ===========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from contextlib import ExitStack
+from typing import Any, Callable, Optional
+
+import torch
+
+from .probes import PROBES, Measurement, Probe, human_bytes
+
+# --------------------------------------------------------------------------------------------------
+# TGL304: gradcheck resolving power
+# --------------------------------------------------------------------------------------------------
+
+#: the relative error of the skewed backward the re-check must catch (1 %)
+SKEW = 1.01
+
+
+class _SkewedGrad(torch.autograd.Function):
+    """Identity in forward; backward returns the incoming gradient times :data:`SKEW`."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * SKEW
+
+
+def skew_backward(func: Callable) -> Callable:
+    """``func`` with every differentiable tensor argument routed through :class:`_SkewedGrad`:
+    the same values (so the same numerical Jacobian), an analytical Jacobian 1 % too large."""
+    def skewed(*args: Any) -> Any:
+        return func(*[_SkewedGrad.apply(a) if isinstance(a, torch.Tensor) and a.requires_grad else a
+                      for a in args])
+    return skewed
+
+
+def _passes(helper: Callable, args: dict) -> bool:
+    from torch.autograd.gradcheck import GradcheckError
+
+    try:
+        return bool(helper(**args))
+    except GradcheckError:
+        return False
+
+
+class GradcheckPowerProbe(Probe):
+    """Re-runs every ``gradcheck``/``gradgradcheck`` of the fixture twice to measure whether it can
+    tell a right backward from a wrong one.
+
+    The probe wraps ``torch.autograd.gradcheck._gradcheck_helper`` (the function every public
+    ``gradcheck`` and ``gradgradcheck`` spelling ends in, whatever name the fixture imported), and
+    for each call, with the same inputs and the same ``eps``/``atol``/``rtol``, checks (1) the
+    function as given (a fixture's functions have correct backward formulas) and (2) the function
+    with a backward exactly 1 % too large (:func:`skew_backward`). A sound check passes (1) and
+    fails (2); in float64 with default tolerances it does.
+
+    Figure: unreliable checks (count) in the run at N: (1) failed or (2) passed.
+    Threshold: defect when >= 1 unreliable check.
+    """
+
+    name = "gradcheck-power"
+    rules = ("TGL304",)
+    unit = "checks"
+    threshold = (">= 1 gradcheck that fails the correct backward or passes a backward 1 % too large "
+                 "(same inputs and tolerances)")
+    handles_exceptions = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = 0
+        self.correct_failed = 0
+        self.skewed_passed = 0
+        self.unreliable = 0
+        self.dtypes: set[str] = set()
+        self._inside = False
+
+    def _install(self, stack: ExitStack) -> None:
+        module = sys.modules["torch.autograd.gradcheck"]
+        orig = module._gradcheck_helper
+
+        def helper(**args: Any) -> Any:
+            if self._inside:
+                return orig(**args)
+            self._inside = True
+            try:
+                self._measure(orig, args)
+            finally:
+                self._inside = False
+            return orig(**args)
+
+        module._gradcheck_helper = helper
+        stack.callback(setattr, module, "_gradcheck_helper", orig)
+
+    def _measure(self, orig: Callable, args: dict) -> None:
+        inputs = args["inputs"] if isinstance(args["inputs"], (tuple, list)) else (args["inputs"],)
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                self.dtypes.add(str(t.dtype).replace("torch.", ""))
+        self.checks += 1
+        correct = _passes(orig, args)
+        skewed = _passes(orig, dict(args, func=skew_backward(args["func"])))
+        self.correct_failed += not correct
+        self.skewed_passed += skewed
+        self.unreliable += (not correct) or skewed
+
+    def on_exception(self, exc: BaseException) -> bool:
+        from torch.autograd.gradcheck import GradcheckError
+
+        return isinstance(exc, GradcheckError) and self.checks > 0
+
+    def sample(self) -> dict:
+        """``checks``, ``unreliable`` ones, ``correct_failed``, ``skewed_passed``, differentiable input ``dtypes``."""
+        return {"checks": self.checks, "unreliable": self.unreliable, "correct_failed": self.correct_failed,
+                "skewed_passed": self.skewed_passed, "dtypes": sorted(self.dtypes)}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run has >= 1 check that fails the correct or passes the 1 %-wrong backward."""
+        s = samples[min(samples)]
+        bad = s["unreliable"]
+        defect = any(v["unreliable"] >= 1 for v in samples.values())
+        display = (f"unreliable gradchecks: {bad}/{s['checks']} (correct backward failed {s['correct_failed']}, "
+                   f"1 %-wrong backward passed {s['skewed_passed']}; inputs {', '.join(s['dtypes']) or '-'})")
+        return Measurement(cls.name, float(bad), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+# --------------------------------------------------------------------------------------------------
+# TGL104: tensors stored on a custom Function's ctx
+# --------------------------------------------------------------------------------------------------
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    """Tensors in ``value`` or directly inside a tuple/list/dict ``value``."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+class CtxTensorProbe(Probe):
+    """Measures the two costs of tensors kept as ``ctx`` attributes of custom autograd Functions.
+
+    The probe wraps ``_SingleLevelFunction.apply`` (what ``Function.apply`` calls through
+    ``super()``, so every ``MyFn.apply`` spelling is seen) and ``BackwardCFunction.apply`` (what the
+    autograd engine calls to run a custom backward). After each forward it takes a weak reference to
+    every output and records, for every tensor stored in ``ctx.__dict__``, its version counter
+    (``Tensor._version``). Before each backward it compares the versions: a stored tensor modified in
+    place since forward means backward computes with changed values, silently (``save_for_backward``
+    checks the version and raises). Garbage collection is disabled during the run; when ``main`` has
+    returned, the outputs still alive (other than those ``main``'s locals held at its return) that
+    ``gc.collect()`` then frees were held only by a reference cycle (output -> ``grad_fn`` = ctx ->
+    output): the dead outputs that wait for the cyclic collector.
+
+    Figure: dead outputs kept alive plus stale ctx tensors read by backward (count) in the run at N.
+    Threshold: defect when >= 1.
+    """
+
+    name = "ctx-tensors"
+    rules = ("TGL104",)
+    unit = "tensors"
+    needs_frame = True
+    threshold = (">= 1 custom-Function output alive after main returned with gc disabled and freed only by "
+                 "gc.collect() (a ctx reference cycle), or >= 1 ctx-attribute tensor modified in place before "
+                 "backward read it")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forwards = 0
+        self.backwards = 0
+        self.ctx_tensors = 0
+        self.stale_reads = 0
+        self.dead_outputs = 0
+        self.dead_bytes = 0
+        self._outputs: list[weakref.ref] = []
+        self._main_locals: set[int] = set()
+        self._versions: dict[int, list[tuple[weakref.ref, int]]] = {}
+
+    def _install(self, stack: ExitStack) -> None:
+        from torch.autograd.function import BackwardCFunction, _SingleLevelFunction
+
+        probe = self
+        was_enabled = gc.isenabled()
+        gc.disable()
+        stack.callback(lambda: gc.enable() if was_enabled else None)
+
+        def forward_apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            result = super(_SingleLevelFunction, cls).apply(*args, **kwargs)
+            probe._after_forward(result)
+            return result
+
+        orig_backward = BackwardCFunction.apply
+
+        def backward_apply(ctx: Any, *args: Any) -> Any:
+            probe._before_backward(ctx)
+            return orig_backward(ctx, *args)
+
+        _SingleLevelFunction.apply = classmethod(forward_apply)  # type: ignore[method-assign]
+        BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
+        stack.callback(delattr, _SingleLevelFunction, "apply")
+        stack.callback(setattr, BackwardCFunction, "apply", orig_backward)
+        stack.callback(self._count_dead_outputs)  # runs first: main has returned, gc still off
+
+    def _after_forward(self, result: Any) -> None:
+        self.forwards += 1
+        outputs = _tensors_in(result)
+        ctx = next((t.grad_fn for t in outputs if t.grad_fn is not None), None)
+        self._outputs.extend(weakref.ref(t) for t in outputs)
+        if ctx is None:
+            return
+        stored = [t for v in vars(ctx).values() for t in _tensors_in(v)]
+        self.ctx_tensors += len(stored)
+        self._versions[id(ctx)] = [(weakref.ref(t), t._version) for t in stored]
+
+    def _before_backward(self, ctx: Any) -> None:
+        self.backwards += 1
+        for ref, version in self._versions.pop(id(ctx), ()):
+            t = ref()
+            if t is not None and t._version != version:
+                self.stale_reads += 1
+
+    def on_main_return(self, frame: Any) -> None:
+        """Remember the tensors ``main``'s locals hold at its return: they were alive legitimately, and a
+        lazy import inside torch can leave ``main``'s frame in an unrelated garbage cycle."""
+        self._main_locals = {id(t) for v in frame.f_locals.values() for t in _tensors_in(v)}
+
+    def _count_dead_outputs(self) -> None:
+        """Outputs alive now (``main`` returned, gc off) that ``gc.collect()`` frees: held only by a cycle."""
+        before = {id(r): r for r in self._outputs if r() is not None and id(r()) not in self._main_locals}
+        sizes = {k: r().numel() * r().element_size() for k, r in before.items()}
+        self._outputs.clear()
+        gc.collect()
+        freed = [k for k, r in before.items() if r() is None]
+        self.dead_outputs = len(freed)
+        self.dead_bytes = sum(sizes[k] for k in freed)
+
+    def sample(self) -> dict:
+        """Counts: ``forwards``/``backwards`` of custom Functions, ``ctx_tensors`` stored as attributes,
+        ``stale_reads``, ``dead_outputs`` and ``dead_bytes`` alive after ``main`` returned."""
+        return {"forwards": self.forwards, "backwards": self.backwards, "ctx_tensors": self.ctx_tensors,
+                "stale_reads": self.stale_reads, "dead_outputs": self.dead_outputs, "dead_bytes": self.dead_bytes}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run has >= 1 dead output held by a cycle or >= 1 stale ctx tensor read."""
+        s = samples[min(samples)]
+        figure = s["dead_outputs"] + s["stale_reads"]
+        defect = any(v["dead_outputs"] + v["stale_reads"] >= 1 for v in samples.values())
+        display = (f"dead outputs alive: {s['dead_outputs']} ({human_bytes(s['dead_bytes'])}), in-place-modified "
+                   f"ctx tensors read by backward: {s['stale_reads']} ({s['ctx_tensors']} ctx tensors, "
+                   f"{s['forwards']} forwards)")
+        return Measurement(cls.name, float(figure), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+# --------------------------------------------------------------------------------------------------
+# TGL305: parameters turned non-finite by an optimizer step
+# --------------------------------------------------------------------------------------------------
+
+
+class NanParameterProbe(Probe):
+    """Counts parameter elements an optimizer step turned into NaN or infinity.
+
+    A global optimizer step post-hook (:func:`torch.optim.optimizer.register_optimizer_step_post_hook`)
+    counts, after every ``step()``, the non-finite elements of every parameter the optimizer owns,
+    and the parameters' dtypes. Parameters are initialised finite by every fixture, so a non-finite
+    element is the step's doing (Adam's ``0 / (0 + eps)`` with eps rounded to 0 in float16).
+
+    Figure: non-finite parameter elements after the last step of the run at N, out of all elements.
+    Threshold: defect when >= 1.
+    """
+
+    name = "nan-parameters"
+    rules = ("TGL305",)
+    unit = "elements"
+    threshold = ">= 1 NaN/inf parameter element after an optimizer step"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps_total = 0
+        self.nonfinite = 0
+        self.elements = 0
+        self.first_bad_step: Optional[int] = None
+        self.dtypes: set[str] = set()
+
+    def _install(self, stack: ExitStack) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        stack.callback(register_optimizer_step_post_hook(self._post_step).remove)
+
+    def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.steps_total += 1
+        bad = total = 0
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if not isinstance(p, torch.Tensor) or not p.is_floating_point():
+                        continue
+                    self.dtypes.add(str(p.dtype).replace("torch.", ""))
+                    total += p.numel()
+                    bad += int((~torch.isfinite(p)).sum())
+        self.nonfinite, self.elements = bad, total
+        if bad and self.first_bad_step is None:
+            self.first_bad_step = self.steps_total
+
+    def sample(self) -> dict:
+        """``steps_total``, ``nonfinite`` of ``elements`` after the last step, ``first_bad_step``, ``dtypes``."""
+        return {"steps_total": self.steps_total, "nonfinite": self.nonfinite, "elements": self.elements,
+                "first_bad_step": self.first_bad_step, "dtypes": sorted(self.dtypes)}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run ends with >= 1 non-finite parameter element."""
+        s = samples[min(samples)]
+        defect = any(v["nonfinite"] >= 1 for v in samples.values())
+        display = (f"non-finite parameter elements: {s['nonfinite']}/{s['elements']} after {s['steps_total']} "
+                   f"steps ({', '.join(s['dtypes']) or '-'})")
+        if s["first_bad_step"] is not None:
+            display += f", first at step {s['first_bad_step']}"
+        return Measurement(cls.name, float(s["nonfinite"]), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+# --------------------------------------------------------------------------------------------------
+# TGL303: probabilities fed to losses that expect logits
+# --------------------------------------------------------------------------------------------------
+
+_SIMPLEX_TOL = 1e-3
+
+
+def _class_last(x: torch.Tensor) -> torch.Tensor:
+    """``(N, C, d1, ...)`` -> ``(N * d1 * ..., C)``; ``(C,)`` -> ``(1, C)``."""
+    if x.dim() == 1:
+        return x.unsqueeze(0)
+    return x.movedim(1, -1).reshape(-1, x.shape[1])
+
+
+def ce_floor(classes: int) -> float:
+    """The smallest cross-entropy a probability input can reach (nats): the softmax of a one-hot row,
+    ``log(e + C - 1) - 1`` (1.461 for 10 classes)."""
+    import math
+
+    return math.log(math.e + classes - 1) - 1
+
+
+def logit_gradient_ratio(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per row: the norm of the gradient that reaches the logits through ``softmax`` then
+    ``cross_entropy`` over the norm ``cross_entropy`` on the logits would give (``p - onehot``)."""
+    onehot = torch.nn.functional.one_hot(target, probs.shape[1]).to(probs.dtype)
+    g_in = torch.softmax(probs, dim=1) - onehot  # d CE(p) / d p
+    through = probs * g_in - probs * (probs * g_in).sum(1, keepdim=True)  # softmax Jacobian^T g_in
+    return through.norm(dim=1) / (probs - onehot).norm(dim=1).clamp_min(1e-12)
+
+
+class ProbabilityInputProbe(Probe):
+    """Inspects the input of every ``cross_entropy`` / ``nll_loss`` / ``binary_cross_entropy_with_logits``
+    call (the module losses call these too) for probabilities.
+
+    A call counts when the input's class rows all lie on the probability simplex (values in [0, 1],
+    row sums 1 within 1e-3) for ``cross_entropy``/``nll_loss``, or all input values lie in [0, 1] for
+    ``binary_cross_entropy_with_logits``. Such a loss has a floor above 0: ``log(e + C - 1) - 1`` nats
+    for cross-entropy with C classes, ``log(1 + e**-1) = 0.313`` (target 1) to 0.693 (target 0) for
+    BCE-with-logits. For cross-entropy with class-index targets the probe also measures how much of
+    the gradient reaches the logits through the softmax, relative to cross-entropy on the logits
+    (median over samples).
+
+    Figure: loss calls with probability inputs (count) in the run at N. Threshold: defect when >= 1.
+    """
+
+    name = "probability-input"
+    rules = ("TGL303",)
+    unit = "calls"
+    threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities, or "
+                 "binary_cross_entropy_with_logits call whose input lies in [0, 1] (a loss floor above 0)")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.probability_calls = 0
+        self.losses: set[str] = set()
+        self.floor: Optional[float] = None
+        self.ratios: list[float] = []
+        self._inside = False
+
+    def _install(self, stack: ExitStack) -> None:
+        import torch.nn.functional as F
+
+        for name in ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits"):
+            orig = getattr(F, name)
+            setattr(F, name, self._wrap(name, orig))
+            stack.callback(setattr, F, name, orig)
+
+    def _wrap(self, name: str, orig: Callable) -> Callable:
+        def wrapper(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self._inside and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
+                self._inside = True
+                try:
+                    with torch.no_grad():
+                        self._inspect(name, input.detach().float(), target.detach())
+                finally:
+                    self._inside = False
+            return orig(input, target, *args, **kwargs)
+
+        wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+        return wrapper
+
+    def _inspect(self, name: str, x: torch.Tensor, target: torch.Tensor) -> None:
+        self.calls += 1
+        if x.numel() == 0 or not bool(torch.isfinite(x).all()) or not (bool((x >= 0).all()) and bool((x <= 1).all())):
+            return
+        if name == "binary_cross_entropy_with_logits":
+            self.probability_calls += 1
+            self.losses.add(name)
+            self.floor = min(self.floor if self.floor is not None else 1.0, 0.3133)
+            return
+        rows = _class_last(x)
+        if rows.shape[1] < 2 or not bool(((rows.sum(1) - 1).abs() <= _SIMPLEX_TOL).all()):
+            return
+        self.probability_calls += 1
+        self.losses.add(name)
+        if name == "cross_entropy":
+            self.floor = ce_floor(rows.shape[1])
+            if target.dtype in (torch.int64, torch.int32) and target.numel() == rows.shape[0]:
+                ratio = logit_gradient_ratio(rows, target.reshape(-1).long())
+                self.ratios.append(float(ratio.median()))
+
+    def sample(self) -> dict:
+        """``calls``, ``probability_calls``, ``losses`` involved, the ``floor`` (nats) and the median
+        logit-gradient ``ratio`` over the calls (``None`` where not measured)."""
+        ratio = sorted(self.ratios)[len(self.ratios) // 2] if self.ratios else None
+        return {"calls": self.calls, "probability_calls": self.probability_calls, "losses": sorted(self.losses),
+                "floor": self.floor, "ratio": ratio}
+
+    @classmethod
+    def decide(cls, samples: dict[int, dict]) -> Measurement:
+        """Defect iff a run has >= 1 loss call fed probabilities."""
+        s = samples[min(samples)]
+        defect = any(v["probability_calls"] >= 1 for v in samples.values())
+        display = f"probability inputs: {s['probability_calls']}/{s['calls']} loss calls"
+        if s["losses"]:
+            display += f" ({', '.join(s['losses'])})"
+        if s["floor"] is not None:
+            display += f", loss floor {s['floor']:.3f} nats"
+        if s["ratio"] is not None:
+            display += f", logit gradient x{s['ratio']:.3g} (median)"
+        return Measurement(cls.name, float(s["probability_calls"]), cls.unit, display, cls.threshold, defect,
+                           {"runs": {str(k): v for k, v in samples.items()}})
+
+
+NUMERICS_PROBES: tuple[type[Probe], ...] = (GradcheckPowerProbe, CtxTensorProbe, NanParameterProbe,
+                                            ProbabilityInputProbe)
+PROBES.update({p.name: p for p in NUMERICS_PROBES})

@@ -1,0 +1,291 @@
+"""TGL006 unregistered-submodule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from ..analysis.model import Assign, ClassInfo, FileModel, Scope, _Located, names_in
+from ..analysis.module_class_facts import (
+    is_requires_grad_tensor,
+    is_stateful_module_ctor,
+    is_torch_module_class,
+    nn_layer_name,
+    self_name,
+)
+from ..analysis.tree import walk
+from ..registry import Finding, Rule
+
+_WRAPPERS = frozenset(f"torch.nn.{n}" for n in (
+    "ModuleList", "ModuleDict", "Sequential", "ParameterList", "ParameterDict", "Parameter", "Buffer"))
+_REGISTER_METHODS = frozenset({"register_parameter", "register_buffer", "add_module", "register_module"})
+_BUILD_METHODS = frozenset({"append", "extend", "insert"})
+# Calls that only read or iterate a container: passing ``self.x`` to them cannot register it.
+_READERS = frozenset({"len", "enumerate", "zip", "reversed", "range", "list", "tuple", "iter", "print", "isinstance",
+                      "sorted", "getattr", "hasattr", "sum", "map", "next", "min", "max", "str", "repr", "id"})
+
+
+@dataclass
+class _Held:
+    """What a plain container or tensor attribute holds."""
+
+    kind: str  # "modules" | "tensors" | "tensor"
+    example: str  # e.g. "nn.Linear", "requires_grad tensor"
+    container: str  # "list" | "dict" | ""
+
+
+def _elements(node: cst.BaseExpression) -> Optional[tuple[str, list[cst.BaseExpression]]]:
+    """Element values of a list/tuple/set/dict display or comprehension."""
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        return "list", [e.value for e in node.elements if isinstance(e, cst.Element)]
+    if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        return "list", [node.elt]
+    if isinstance(node, cst.Dict):
+        return "dict", [e.value for e in node.elements if isinstance(e, cst.DictElement)]
+    if isinstance(node, cst.DictComp):
+        return "dict", [node.value]
+    return None
+
+
+class UnregisteredSubmodule(Rule):
+    """Layers or trainable tensors kept where ``nn.Module`` does not register them.
+
+    Rests on: ``torch.nn.Module`` ("Submodules assigned in this way will be
+    registered" - only direct ``nn.Module`` / ``nn.Parameter`` attributes are),
+    ``torch.nn.ModuleList``, ``torch.nn.ModuleDict``, ``torch.nn.ParameterList``,
+    ``torch.nn.Parameter`` and ``torch.nn.Module.parameters``.
+    """
+
+    code = "TGL006"
+    name = "unregistered-submodule"
+    summary = "layers in a plain list/dict, or a requires_grad tensor instead of nn.Parameter, on a torch nn.Module"
+    prefilter = (("__init__",),)
+    docs = """
+## What it does
+In `__init__` of a `torch.nn.Module` subclass, checks for attributes that hold
+modules or trainable tensors where the module cannot register them:
+
+- `self.layers = [nn.Linear(...), ...]`, a list comprehension of layers, a
+  dict of layers, or a list built with `append` (directly or through a local
+  list) - containing `torch.nn` layers that have parameters, buffers or a
+  train/eval behaviour (dropout), or instances of the file's own modules;
+- `self.w = torch.randn(..., requires_grad=True)` (or a list of such tensors).
+
+It fires when the attribute is read outside `__init__` (in `forward` or
+another method) or never read at all, and no `nn.ModuleList`, `ModuleDict`,
+`Sequential`, `ParameterList`, `Parameter`, `register_buffer` or
+`register_parameter` wraps it anywhere in the class. It stays silent on MLX,
+Flax and Haiku modules (their `nn` registers lists), on `nn.Sequential(*self.layers)`,
+on lists of functions or stateless layers (`[F.relu, torch.tanh]`,
+`[nn.ReLU(), nn.Tanh()]`), on tensors without `requires_grad=True`, when
+the class registers its layers itself (`add_module`, `setattr(self, ...)`),
+when the class overrides `parameters()` (it hands its tensors to the optimizer
+itself), and when the container is handed to another object in `__init__`.
+
+## Why is this bad?
+`nn.Module.__setattr__` registers only `nn.Module` and `nn.Parameter` values.
+Modules inside a Python list or dict, and plain tensors, are invisible to
+`model.parameters()`, so the optimizer never updates them (measured: 0 of 3
+hidden layers updated); `state_dict()` does not save them, `.to(device)`,
+`.double()` and `.eval()` do not reach them (a dropout kept in a list stays
+active at evaluation, namnisan/mt-dnn #45). Training runs without an error.
+
+## Example
+```python
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, depth):
+        super().__init__()
+        self.layers = [nn.Linear(64, 64) for _ in range(depth)]
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x).relu()
+        return x
+```
+
+## Use instead
+```python
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, depth):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x).relu()
+        return x
+```
+
+Use `nn.ModuleDict` for a dict of layers, `nn.Parameter(torch.randn(...))` for
+a trainable tensor and `nn.ParameterList` for a list of them.
+
+## References
+- [torch.nn.Module](https://pytorch.org/docs/stable/generated/torch.nn.Module.html)
+- [torch.nn.ModuleList](https://pytorch.org/docs/stable/generated/torch.nn.ModuleList.html)
+- [torch.nn.ModuleDict](https://pytorch.org/docs/stable/generated/torch.nn.ModuleDict.html)
+- [torch.nn.parameter.Parameter](https://pytorch.org/docs/stable/generated/torch.nn.parameter.Parameter.html)
+- [torch.nn.ParameterList](https://pytorch.org/docs/stable/generated/torch.nn.ParameterList.html)
+"""
+
+    # -- what an expression holds ------------------------------------------------------------------
+    def _item(self, model: FileModel, node: cst.BaseExpression, at: _Located, init: Scope) -> Optional[str]:
+        """``"nn.Linear"``-style text when ``node`` is a stateful module constructor (directly or
+        through a local name nobody else registers), ``"tensor"`` for a requires_grad tensor."""
+        if isinstance(node, cst.Name):
+            b = model.reaching_binding(node.value, at)
+            if b is None or b.value is None or b.kind not in ("assign", "annassign") or b.unpacked:
+                return None
+            if self._registered_elsewhere(model, node.value, init):
+                return None
+            node = b.value
+        if is_stateful_module_ctor(model, node):
+            assert isinstance(node, cst.Call)
+            name = nn_layer_name(model, node)
+            return f"nn.{name}" if name else f"{model.module.code_for_node(node.func)}"
+        if is_requires_grad_tensor(model, node):
+            return "tensor"
+        return None
+
+    @staticmethod
+    def _registered_elsewhere(model: FileModel, name: str, init: Scope) -> bool:
+        """The local ``name`` is also assigned to an attribute (``self.fc = layer``): registered there."""
+        for a in model.assigns_in_scope(init):
+            if isinstance(a.value, cst.Name) and a.value.value == name and any(t.kind == "attr" for t in a.targets):
+                return True
+        return False
+
+    def _held(self, model: FileModel, value: cst.BaseExpression, at: Assign, init: Scope,
+              attr: str) -> Optional[_Held]:
+        if is_requires_grad_tensor(model, value):
+            return _Held("tensor", "requires_grad tensor", "")
+        found = _elements(value)
+        local = None
+        if found is None and isinstance(value, cst.Name):
+            local = value.value
+            b = model.reaching_binding(local, at)
+            if b is None or b.value is None or b.kind not in ("assign", "annassign"):
+                return None
+            found = _elements(b.value)
+        if found is None:
+            return None
+        container, values = found
+        items: list[tuple[cst.BaseExpression, _Located]] = [(v, at) for v in values]
+        builders = {attr} | ({local} if local else set())
+        for c in model.calls_in_scope(init):
+            if c.method in _BUILD_METHODS and c.receiver_text in builders and c.node.args:
+                arg = c.node.args[-1].value
+                more = _elements(arg)
+                items.extend((v, c) for v in (more[1] if more and c.method == "extend" else [arg]))
+        for a in model.assigns_in_scope(init):
+            if a.kind == "augassign" and a.op == "+=" and any(t.text in builders for t in a.targets) and a.value:
+                more = _elements(a.value)
+                if more:
+                    items.extend((v, a) for v in more[1])
+        for item, where in items:
+            what = self._item(model, item, where, init)
+            if what == "tensor":
+                return _Held("tensors", "requires_grad tensors", container)
+            if what:
+                return _Held("modules", what, container)
+        return None
+
+    # -- class-wide facts ------------------------------------------------------------------------
+    @staticmethod
+    def _class_scope(model: FileModel, info: ClassInfo) -> Optional[Scope]:
+        for s in model.scopes:
+            if s.kind == "class" and s.node is info.node:
+                return s
+        return None
+
+    @staticmethod
+    def _registers_itself(model: FileModel, init: Scope, me: str) -> bool:
+        for c in model.calls_within(init.order, init.end):
+            if c.method in ("add_module", "register_module") and c.receiver_text == me:
+                return True
+            if c.func_text == "setattr" and c.node.args and names_in(c.node.args[0].value) == {me}:
+                return True
+        return False
+
+    @staticmethod
+    def _handed_over(model: FileModel, cls: Scope, texts: set[str]) -> bool:
+        """A call in the class wraps, registers or receives one of ``texts`` as an argument."""
+        for c in model.calls_within(cls.order, cls.end):
+            args: set[str] = set()
+            for a in c.node.args:
+                args |= names_in(a.value)
+            if not args & texts:
+                continue
+            qn = c.qualname or ""
+            if qn in _WRAPPERS or c.method in _REGISTER_METHODS or qn.startswith("torch.optim."):
+                return True  # registered, or handed to an optimizer of its own
+            if qn in _READERS or qn.startswith("torch.") or c.method in _BUILD_METHODS:
+                continue
+            if c.receiver_text in texts:
+                continue  # self.layers.index(x), self.layers.append(...)
+            return True  # e.g. Block(self.layers): the callee may register it
+        return False
+
+    @staticmethod
+    def _reads(model: FileModel, info: ClassInfo, attr: str, writes: set[int]) -> set[str]:
+        """Names of the methods that read ``attr`` (assignment targets and builders excluded)."""
+        out: set[str] = set()
+        for name, method in info.methods.items():
+            for n in walk(method.node):
+                if isinstance(n, cst.Attribute) and id(n) not in writes and n.attr.value == attr.split(".")[-1] \
+                        and isinstance(n.value, cst.Name) and n.value.value == attr.split(".")[0]:
+                    out.add(name)
+                    break
+        return out
+
+    # -- check -----------------------------------------------------------------------------------
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for info in list(model.classes.values()):
+            init = info.methods.get("__init__")
+            if init is None or not is_torch_module_class(model, info.name, lenient=True):
+                continue
+            me = self_name(init)
+            cls = self._class_scope(model, info)
+            if me is None or cls is None or "parameters" in info.methods or "named_parameters" in info.methods:
+                continue  # a class that lists its own parameters hands them to the optimizer itself
+            for a in model.assigns_in_scope(init):
+                if a.kind not in ("assign", "annassign") or a.unpacked or len(a.targets) != 1 or a.value is None:
+                    continue
+                t = a.targets[0]
+                if t.kind != "attr" or not t.text or t.text.count(".") != 1 or not t.text.startswith(me + "."):
+                    continue
+                held = self._held(model, a.value, a, init, t.text)
+                if held is None:
+                    continue
+                if held.kind != "tensor" and self._registers_itself(model, init, me):
+                    continue
+                texts = {t.text} | ({a.value.value} if isinstance(a.value, cst.Name) else set())
+                if self._handed_over(model, cls, texts):
+                    continue
+                writes = {id(x.node) for b in model.assigns_within(cls.order, cls.end) for x in b.targets
+                          if x.text == t.text}
+                writes |= {id(c.receiver) for c in model.calls_in_scope(init)
+                           if c.receiver_text == t.text and c.method in _BUILD_METHODS}
+                reads = self._reads(model, info, t.text, writes)
+                if reads == {"__init__"}:
+                    continue  # used only while building: what it became is decided there
+                yield Finding(a.node, self._message(t.text, held))
+
+    @staticmethod
+    def _message(attr: str, held: _Held) -> str:
+        if held.kind == "tensor":
+            return (f"`{attr}` is a plain tensor with `requires_grad=True`, not a parameter: `model.parameters()` "
+                    f"(so the optimizer), `state_dict()` and `.to()` never see it; wrap it in `nn.Parameter(...)`")
+        wrapper = {"modules": {"list": "nn.ModuleList", "dict": "nn.ModuleDict"},
+                   "tensors": {"list": "nn.ParameterList", "dict": "nn.ParameterDict"}}[held.kind][held.container]
+        what = f"`{held.example}` modules" if held.kind == "modules" else held.example
+        return (f"`{attr}` keeps {what} in a plain {held.container}, which `nn.Module` does not register: "
+                f"`model.parameters()` (so the optimizer), `state_dict()`, `.to()` and `.eval()` never reach them; "
+                f"use `{wrapper}(...)`")

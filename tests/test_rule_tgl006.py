@@ -1,0 +1,123 @@
+"""TGL006 unregistered-submodule on snippets the fixtures do not cover."""
+
+import textwrap
+
+import pytest
+
+from torchgradlint.engine import lint_source
+from torchgradlint.rules.unregistered_submodule import UnregisteredSubmodule
+
+HEADER = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+
+
+def cls(init: str, forward: str = "return self.layers[0](x)", header: str = HEADER, base: str = "nn.Module",
+        extra: str = "") -> str:
+    return (header + f"class M({base}):\n    def __init__(self):\n        super().__init__()\n"
+            + textwrap.indent(textwrap.dedent(init), "        ")
+            + f"    def forward(self, x):\n        {forward}\n" + extra)
+
+
+def lines(src: str) -> list[int]:
+    return [d.line for d in lint_source(src, "x.py", [UnregisteredSubmodule]).diagnostics]
+
+
+@pytest.mark.parametrize("init", [
+    "self.layers = [nn.Linear(2, 2), nn.ReLU()]\n",
+    "self.layers = (nn.Conv2d(1, 1, 3),)\n",
+    "self.layers = [nn.Linear(2, 2) for _ in range(3)]\n",
+    "self.layers = {'a': nn.Linear(2, 2)}\n",
+    "self.layers = {k: nn.Embedding(3, 2) for k in 'ab'}\n",
+    "self.layers = [nn.Dropout(0.5)]\n",  # no parameters, but .eval() never reaches it
+    "self.layers = [torch.randn(2, requires_grad=True)]\n",
+    "self.layers = torch.zeros(2, requires_grad=True)\n",
+    "self.layers = torch.randn(2).requires_grad_()\n",
+    "self.layers = torch.autograd.Variable(torch.randn(2), requires_grad=True)\n",
+    "self.layers: list = [nn.LSTM(2, 2)]\n",
+])
+def test_fires(init):
+    assert lines(cls(init)) == [7]
+
+
+def test_list_built_with_append_and_plus_equals():
+    assert lines(cls("self.layers = []\nfor i in range(3):\n    self.layers.append(nn.Linear(2, 2))\n")) == [7]
+    assert lines(cls("self.layers = []\nself.layers += [nn.Linear(2, 2)]\n")) == [7]
+    assert lines(cls("ls = []\nfor i in range(3):\n    layer = nn.Linear(2, 2)\n    ls.append(layer)\n"
+                     "self.layers = ls\n")) == [11]
+
+
+def test_own_module_class_in_a_list():
+    extra = "class Block(nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+            "        self.fc = nn.Linear(2, 2)\n"
+    assert lines(cls("self.layers = [Block(), Block()]\n", extra=extra)) == [7]
+
+
+def test_never_read_is_flagged_and_read_only_in_init_is_not():
+    assert lines(cls("self.layers = [nn.Linear(2, 2)]\n", forward="pass")) == [7]
+    assert lines(cls("self.layers = [nn.Linear(2, 2)]\nfor l in self.layers:\n    nn.init.zeros_(l.weight)\n",
+                     forward="pass")) == []
+
+
+def test_read_in_another_method_is_flagged():
+    extra = "    def encode(self, x):\n        return self.layers[0](x)\n"
+    assert lines(cls("self.layers = [nn.Linear(2, 2)]\n", forward="return self.encode(x)", extra=extra)) == [7]
+
+
+@pytest.mark.parametrize("init", [
+    "self.layers = nn.ModuleList([nn.Linear(2, 2)])\n",
+    "self.layers = [nn.Linear(2, 2)]\nself.net = nn.Sequential(*self.layers)\n",
+    "self.layers = [nn.Linear(2, 2)]\nself.layers = nn.ModuleList(self.layers)\n",
+    "ls = [nn.Linear(2, 2)]\nself.layers = ls\nself.ml = nn.ModuleList(ls)\n",
+    "self.layers = [F.relu, torch.tanh]\n",
+    "self.layers = [nn.ReLU(), nn.Tanh(), nn.MaxPool2d(2)]\n",
+    "self.layers = [self.fc1, self.fc2]\n",
+    "self.layers = torch.zeros(2)\n",
+    "self.layers = torch.zeros(2, requires_grad=False)\n",
+    "self.layers = nn.Parameter(torch.zeros(2))\n",
+    "self.layers = torch.zeros(2, requires_grad=True)\nself.register_buffer('b', self.layers)\n",
+    "self.layers = [nn.Linear(2, 2)]\nfor i, l in enumerate(self.layers):\n    self.add_module(str(i), l)\n",
+    "self.layers = []\nfor i in range(2):\n    l = nn.Linear(2, 2)\n    setattr(self, f'l{i}', l)\n"
+    "    self.layers.append(l)\n",
+    "l = nn.Linear(2, 2)\nself.fc = l\nself.layers = [l]\n",
+    "self.layers = [nn.Linear(2, 2)]\nself.block = Wrapper(self.layers)\n",
+    "self.layers = [nn.CrossEntropyLoss()]\n",
+])
+def test_silent(init):
+    assert lines(cls(init)) == []
+
+
+def test_tensor_handed_to_its_own_optimizer_is_silent():
+    init = "self.layers = torch.zeros(1, requires_grad=True)\nself.opt = torch.optim.Adam([self.layers])\n"
+    assert lines(cls(init)) == []
+
+
+def test_class_that_lists_its_own_parameters_is_silent():
+    extra = "    def parameters(self):\n        return [self.layers]\n"
+    assert lines(cls("self.layers = torch.zeros(2, requires_grad=True)\n", extra=extra)) == []
+
+
+@pytest.mark.parametrize("header", [
+    "import mlx.nn as nn\nimport mlx.core as torch\n",
+    "from flax import linen as nn\nimport torch\n",
+    "import haiku as hk\nimport torch\nfrom haiku import nn\n",
+])
+def test_other_frameworks_are_silent(header):
+    assert lines(cls("self.layers = [nn.Linear(2, 2)]\n", header=header)) == []
+
+
+def test_non_module_classes_are_silent():
+    assert lines(cls("self.layers = [nn.Linear(2, 2)]\n", base="object")) == []
+    src = HEADER + "class Holder:\n    def __init__(self):\n        self.layers = [nn.Linear(2, 2)]\n"
+    assert lines(src) == []
+
+
+def test_aliases():
+    hdr = "import torch as T\nimport torch.nn as tnn\nfrom torch.nn import Linear\n"
+    src = hdr + ("class M(tnn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.a = [Linear(2, 2)]\n        self.w = T.ones(1, requires_grad=True)\n"
+                 "    def forward(self, x):\n        return self.a[0](x) * self.w\n")
+    assert lines(src) == [7, 8]
+
+
+def test_message_names_the_wrapper():
+    (d,) = lint_source(cls("self.layers = {'a': nn.Linear(2, 2)}\n"), "x.py", [UnregisteredSubmodule]).diagnostics
+    assert "nn.ModuleDict" in d.message and "`nn.Linear`" in d.message

@@ -1,0 +1,141 @@
+"""TGL303 softmax-into-ce-loss on short snippets the fixtures do not cover."""
+
+from rule_snippets import finding_lines
+
+from torchgradlint.rules.softmax_into_ce_loss import SoftmaxIntoCeLoss
+
+
+def lines(src: str) -> list[int]:
+    return finding_lines(SoftmaxIntoCeLoss, src)
+
+
+def test_direct_softmax_spellings_into_cross_entropy():
+    assert lines("""
+        import torch
+        import torch.nn.functional as Fn
+        criterion = torch.nn.CrossEntropyLoss()
+        a = Fn.cross_entropy(Fn.softmax(z, dim=1), y)
+        b = criterion(torch.softmax(z, 1), y)
+        c = criterion(z.softmax(dim=-1), y)
+        d = criterion(torch.nn.Softmax(dim=1)(z), y)
+    """) == [5, 6, 7, 8]
+
+
+def test_log_of_softmax_is_flagged_log_softmax_is_not():
+    assert lines("""
+        import torch
+        import torch.nn.functional as F
+        p = F.softmax(z, dim=-1)
+        a = torch.log(p)
+        b = F.softmax(z, dim=-1).log()
+        c = F.log_softmax(z, dim=-1)
+        d = torch.log(F.softmax(z, dim=-1) + 1e-8)
+        loss = F.nll_loss(torch.log(p), y)
+    """) == [5, 6, 9]
+
+
+def test_loop_variable_over_probabilities_and_self_loss_with_default():
+    assert lines("""
+        import torch
+        from torch import nn
+        class Loss(nn.Module):
+            def __init__(self, loss=nn.CrossEntropyLoss(reduction="sum")):
+                super().__init__()
+                self.loss = loss
+            def forward(self, scores, target):
+                outputs = torch.softmax(scores, -1)
+                total = 0
+                for out in outputs:
+                    total += self.loss(out, target)
+                return total
+    """) == [12]
+
+
+def test_model_forward_returning_softmax_through_a_wrapper_layer():
+    assert lines("""
+        import torch.nn as nn
+        import torch.nn.functional as F
+        from mylib import Wrapper
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 3)
+                self.softmax = nn.Softmax(dim=1)
+                self.wrap = Wrapper()
+            def forward(self, x):
+                x = self.wrap(x, nn.Sequential(self.fc, self.softmax))
+                return x
+        def train(model, x, y):
+            return F.cross_entropy(model(x), y)
+        model = Net()
+        train(model, 1, 2)
+    """) == [15]
+
+
+def test_sequential_name_ending_in_softmax_and_sigmoid_module():
+    assert lines("""
+        from torch import nn
+        net = nn.Sequential(nn.Linear(4, 3), nn.Softmax(dim=1))
+        head = nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+        a = nn.functional.cross_entropy(net(x), y)
+        b = nn.BCEWithLogitsLoss()
+        c = b(head(x), t)
+        d = nn.functional.binary_cross_entropy_with_logits(head(x), t)
+        e = nn.CrossEntropyLoss()(net(x), y)
+        f = nn.MSELoss()(net(x), y)
+    """) == [5, 7, 8, 9]
+
+
+def test_near_misses_are_silent():
+    assert lines("""
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+        mse, kl, ce, bce = nn.MSELoss(), nn.KLDivLoss(), nn.CrossEntropyLoss(), nn.BCELoss()
+        probs = F.softmax(logits, dim=1)
+        a = mse(probs, target)
+        b = kl(F.log_softmax(logits, 1), probs)
+        c = ce(logits, probs)
+        d = probs.argmax(1)
+        e = ce(F.log_softmax(logits, 1), y)
+        f = bce(torch.sigmoid(logits), t)
+        g = F.cross_entropy(torch.sigmoid(logits), y)
+    """) == []
+
+
+def test_model_with_eval_only_softmax_branch_is_silent():
+    assert lines("""
+        import torch
+        import torch.nn.functional as F
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                if self.training:
+                    return x
+                return torch.softmax(x, 1)
+        model = Net()
+        loss = F.cross_entropy(model(x), y)
+    """) == []
+
+
+def test_unknown_origins_and_other_frameworks_are_silent():
+    assert lines("""
+        import jax
+        import torch.nn.functional as F
+        from scipy.special import softmax
+        def step(outputs, y, criterion):
+            a = F.cross_entropy(outputs, y)
+            b = criterion(F.softmax(outputs, 1), y)
+            c = F.cross_entropy(jax.nn.softmax(outputs), y)
+            d = F.cross_entropy(softmax(outputs), y)
+    """) == []
+
+
+def test_ambiguous_binding_is_silent():
+    assert lines("""
+        import torch.nn.functional as F
+        if flag:
+            out = F.softmax(z, 1)
+        else:
+            out = z
+        loss = F.cross_entropy(out, y)
+    """) == []
