@@ -19,7 +19,7 @@ from libcst.metadata import CodeRange
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .analysis import build_model
-from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file, split_message
 from .limits import DEFAULT_BUDGET, Budget, size_diagnostic
 from .lines import bytes_readline, split_lines
 from .noqa import NoqaFilter
@@ -261,8 +261,10 @@ def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[ty
             orng = positions[old]
             fix = Fix((orng.start.line, orng.start.column + 1), (orng.end.line, orng.end.column + 1),
                       module.code_for_node(new), finding.fix_safe)
-        d = Diagnostic(rule_cls.code, finding.message, path, rng.start.line, rng.start.column + 1,
-                       rng.end.line, rng.end.column + 1, fix, detail=finding.detail or None)
+        # a finding without a detail gets its long text split (message: first clause, detail: the rest)
+        message, detail = (finding.message, finding.detail) if finding.detail else split_message(finding.message)
+        d = Diagnostic(rule_cls.code, message, path, rng.start.line, rng.start.column + 1,
+                       rng.end.line, rng.end.column + 1, fix, detail=detail or None)
         diags.setdefault((d.code, d.line, d.col), d)
     return list(diags.values())
 

@@ -32,7 +32,9 @@ class Finding:
 
     ``message`` is one short line (what and where, in the user's names, at
     most about 100 characters); ``detail`` the rest (why it is a defect and
-    the fix), shown by the ``full``, ``json`` and ``sarif`` formats.
+    the fix), shown by the ``full``, ``json`` and ``sarif`` formats. A
+    finding with an empty ``detail`` has its message split by the engine as
+    :meth:`from_text` splits it.
     ``fix`` is an optional ``(old_node, new_node)`` pair: the engine turns it
     into a :class:`~torchgradlint.diagnostics.Fix` that replaces exactly the
     span of ``old_node`` with the code of ``new_node``.
