@@ -112,6 +112,7 @@ class _Cache:
     modules: Optional[frozenset[str]] = None
     losses: Optional[dict[str, Assign]] = None
     calls: Optional[dict[int, Call]] = None
+    names: dict = field(default_factory=dict)
     backpropagated_bindings: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)
 
@@ -356,14 +357,19 @@ def _arg_values(call: cst.Call) -> list[cst.BaseExpression]:
 def _requires_grad_later(model: FileModel, text: str, binding: Assign, at: _Located) -> bool:
     """``text.requires_grad_()`` or ``text.requires_grad = ...`` between the
     binding and ``at`` (the leaf then requires grad)."""
-    for c in model.calls_in_scope(binding.scope):
-        if binding.order < c.order < at.order and c.receiver_text == text and c.method in ("requires_grad_",
-                                                                                          "retain_grad"):
-            return True
-    for a in model.assigns_in_scope(binding.scope):
-        if binding.order < a.order < at.order and any(t.text == f"{text}.requires_grad" for t in a.targets):
-            return True
-    return False
+    key = ("requires-grad-marks", id(binding.scope))
+    marks = model.memo.get(key)
+    if marks is None:
+        marks = {}
+        for c in model.calls_in_scope(binding.scope):
+            if c.receiver_text and c.method in ("requires_grad_", "retain_grad"):
+                marks.setdefault(c.receiver_text, []).append(c.order)
+        for a in model.assigns_in_scope(binding.scope):
+            for t in a.targets:
+                if t.text and t.text.endswith(".requires_grad"):
+                    marks.setdefault(t.text[: -len(".requires_grad")], []).append(a.order)
+        model.memo[key] = marks
+    return any(binding.order < o < at.order for o in marks.get(text, ()))
 
 
 def reaching_binding(model: FileModel, text: str, at: _Located) -> Optional[Assign]:
@@ -462,9 +468,26 @@ class _Evaluator:
         self.env: dict[int, dict[str, Provenance]] = {}
         self.literals: dict[int, dict[str, Optional[bool]]] = {}
         self.call_depth = 0
+        self.names: dict = {}
+        self.cuts = 0
 
     # -- names ------------------------------------------------------------------------
     def name(self, text: str, at: _Located, depth: int) -> Provenance:
+        """The value of the name ``text`` where ``at`` runs (memoised per
+        file for evaluations outside any same-file call, per evaluation
+        inside one; a result cut short by a cycle is not memoised)."""
+        shared = not self.env
+        key = (text, id(at)) if shared else (text, id(at), tuple(id(f) for f in self.env.values()))
+        store = _cache(self.m).names if shared else self.names
+        if key in store:
+            return store[key]
+        # A result cut short by a cycle (``h = f(h)``) or by the depth bound is
+        # memoised too: it is UNKNOWN where a fresh evaluation might know more,
+        # but every query stays linear in the file instead of exponential.
+        p = store[key] = self._name(text, at, depth)
+        return p
+
+    def _name(self, text: str, at: _Located, depth: int) -> Provenance:
         m = self.m
         bindings = m.reaching_bindings(text, at)
         if not bindings:
@@ -505,6 +528,7 @@ class _Evaluator:
             return Provenance(State.ATTACHED)
         key = (id(b), text)
         if key in self.active:
+            self.cuts += 1
             return _UNKNOWN
         self.active.add(key)  # type: ignore[arg-type]
         try:
@@ -668,7 +692,10 @@ class _Evaluator:
         return _unknown(inference)
 
     def expr(self, node: Optional[cst.BaseExpression], at: _Located, depth: int = 0) -> Provenance:
-        if node is None or depth > _MAX_DEPTH:
+        if node is None:
+            return _UNKNOWN
+        if depth > _MAX_DEPTH:
+            self.cuts += 1
             return _UNKNOWN
         if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString,
                              cst.ConcatenatedString, cst.Comparison)):
