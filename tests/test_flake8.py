@@ -136,3 +136,38 @@ def test_rule_prefilter_table_matches_the_rule_classes():
     expected = {r.code: (r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in all_rules()}
     got = {r.code: (r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in rule_index()}
     assert got == expected, "torchgradlint.rule_index is stale: run python scripts/gen_docs.py"
+LOSSES = (FIXTURES / "TGL101" / "bad_losses_append.py").read_text()
+
+
+def _flake8_stdin(cwd, *args):
+    return subprocess.run([sys.executable, "-m", "flake8", "--select=TGL", *args, "-"], input=LOSSES,
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_flake8_stdin_honours_the_pyproject_table_like_check(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.torchgradlint]\nignore = ["TGL101"]\n')
+    for args in ((), ("--stdin-display-name", "src/train.py")):
+        out = _flake8_stdin(tmp_path, *args)
+        assert out.returncode == 0 and out.stdout == "", (args, out.stdout, out.stderr)
+        check = subprocess.run([sys.executable, "-m", "torchgradlint", "check", "-"], input=LOSSES,
+                               capture_output=True, text=True, cwd=tmp_path)
+        assert check.returncode == 0, check.stdout
+    (tmp_path / "pyproject.toml").write_text('[tool.torchgradlint]\nignore = ["TGL001"]\n')
+    out = _flake8_stdin(tmp_path)
+    assert out.returncode == 1 and ":19:9: TGL101 " in out.stdout
+
+
+def test_flake8_rejects_an_unknown_tgl_selector_like_check(tmp_path):
+    target = tmp_path / "train.py"
+    target.write_text(LOSSES)
+    for option in ("--select=TGL999", "--extend-select=TGL9", "--ignore=E501,TGL7"):
+        out = subprocess.run([sys.executable, "-m", "flake8", "--isolated", option, str(target)],
+                             capture_output=True, text=True)
+        assert out.returncode == 2, (option, out.stdout, out.stderr)
+        assert "unknown rule selector" in out.stderr and "Traceback" not in out.stderr and out.stdout == ""
+    check = subprocess.run([sys.executable, "-m", "torchgradlint", "check", "--select", "TGL999", str(target)],
+                           capture_output=True, text=True)
+    assert check.returncode == 2 and "unknown rule selector 'TGL999'" in check.stderr
+    ok = subprocess.run([sys.executable, "-m", "flake8", "--isolated", "--select=TGL1,TGL000", str(target)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 1 and "TGL101" in ok.stdout

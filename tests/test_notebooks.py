@@ -70,7 +70,7 @@ def test_json_has_cell_field_and_full_shows_cell_line(tmp_path, capsys):
     (obj,) = json.loads(out)
     assert obj["cell"] == 2 and obj["location"] == {"row": 6, "column": 5}
     _, out, _ = run(capsys, "nb.ipynb", "--output-format", "full")
-    assert "    6 |     opt.step()" in out.splitlines()
+    assert "6 |     opt.step()" in out.splitlines()
 
 
 def test_sarif_region_points_into_the_notebook_json(tmp_path, capsys):

@@ -167,7 +167,8 @@ def test_junit_structure(project, capsys):
     assert bad.get("failures") == "1" and bad.get("tests") == "1"
     (case,) = bad.findall("testcase")
     failure = case.find("failure")
-    assert failure.get("type") == "TGL001" and "zero_grad" in failure.get("message")
+    assert failure.get("type") == "TGL001" and "never reset" in failure.get("message")
+    assert "zero_grad" in failure.text  # the detail
     assert "src/pkg/train.py:8:5: TGL001" in failure.text
     assert case.get("name").startswith("TGL001 (missing-zero-grad) at 8:5")
     assert root.get("tests") == "3" and root.get("failures") == "2"
@@ -177,9 +178,10 @@ def test_full_format_shows_excerpt_and_caret(project, capsys):
     code, out, _ = run(capsys, "src/pkg/train.py", "--output-format", "full")
     assert code == 1
     lines = out.splitlines()
-    assert lines[0].startswith("src/pkg/train.py:8:5: TGL001")
-    assert lines[1] == "    8 |     opt.step()"
-    assert lines[2] == " " * 12 + "^" * 10
+    assert lines[0].startswith("src/pkg/train.py:8:5: TGL001 `opt` steps in a loop")
+    assert lines[1:7] == ["  |", "6 |     loss = model(torch.randn(2, 4)).sum()", "7 |     loss.backward()",
+                          "8 |     opt.step()", "  |     ^^^^^^^^^^ missing-zero-grad", "  |"]
+    assert lines[7].startswith("  = So each step applies the sum of all earlier gradients")
 
 
 @pytest.mark.parametrize("fmt", ["concise", "full", "json", "json-lines", "github", "sarif", "junit"])

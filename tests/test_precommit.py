@@ -26,13 +26,24 @@ def _hook_repo(tmp_path):
     (pre-commit clones hook repositories, so it sees only committed files)."""
     repo = tmp_path / "hook-repo"
     repo.mkdir()
-    for name in ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml"):
+    for name in ("pyproject.toml", "setup.py", "README.md", ".pre-commit-hooks.yaml"):
         shutil.copy(ROOT / name, repo / name)
-    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("src", "fixtures"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "hook")
     return repo
+
+
+def _project(tmp_path, name, text):
+    """A user's git repository holding one staged file ``name``."""
+    project = tmp_path / "user-project"
+    project.mkdir()
+    _git(project, "init", "-q")
+    (project / name).write_text(text)
+    _git(project, "add", name)
+    return project
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +56,11 @@ def hooks(tmp_path_factory):
     return _hook_repo(base), {**os.environ, "PRE_COMMIT_HOME": str(base / "pre-commit-home")}
 
 
+@pytest.mark.slow
 def test_hook_fails_on_bad_file_and_passes_when_fixed(tmp_path, hooks):
     hook_repo, env = hooks
-    project = tmp_path / "user-project"
-    project.mkdir()
-    _git(project, "init", "-q")
+    project = _project(tmp_path, "train.py", BAD)
     target = project / "train.py"
-    target.write_text(BAD)
-    _git(project, "add", "train.py")
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint", "--files", "train.py"]
 
     bad = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
@@ -66,17 +74,44 @@ def test_hook_fails_on_bad_file_and_passes_when_fixed(tmp_path, hooks):
     assert "Passed" in good.stdout
 
 
+def test_hooks_take_python_files_and_notebooks(tmp_path):
+    """pre-commit's own file classification (identify) picks both kinds for both hooks."""
+    import yaml
+    from identify.identify import tags_from_path
+
+    (tmp_path / "train.py").write_text(BAD)
+    (tmp_path / "nb.ipynb").write_text('{"cells": []}')
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert {h["id"] for h in hooks} == {"torchgradlint", "torchgradlint-fix"}
+    for hook in hooks:
+        assert "types" not in hook  # types: [python] would skip notebooks
+        for name in ("train.py", "nb.ipynb"):
+            assert set(hook["types_or"]) & tags_from_path(str(tmp_path / name)), (hook["id"], name)
+
+
+@pytest.mark.slow
+def test_hook_lints_a_notebook(tmp_path, hooks):
+    import json
+
+    hook_repo, env = hooks
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+            "source": BAD.splitlines(keepends=True)}
+    project = _project(tmp_path, "nb.ipynb", json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                                         "nbformat_minor": 5}))
+    cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint", "--all-files"]
+    out = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "nb.ipynb:cell 1:8:5: TGL001" in out.stdout
+
+
 LOSSES = (ROOT / "fixtures" / "TGL101" / "bad_losses_append.py").read_text()
 
 
+@pytest.mark.slow
 def test_fix_hook_applies_the_safe_fix(tmp_path, hooks):
     hook_repo, env = hooks
-    project = tmp_path / "user-project"
-    project.mkdir()
-    _git(project, "init", "-q")
+    project = _project(tmp_path, "train.py", LOSSES)
     target = project / "train.py"
-    target.write_text(LOSSES)
-    _git(project, "add", "train.py")
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "torchgradlint-fix", "--files", "train.py"]
 
     first = subprocess.run(cmd, cwd=project, capture_output=True, text=True, env=env, timeout=600)

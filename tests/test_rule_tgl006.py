@@ -120,4 +120,5 @@ def test_aliases():
 
 def test_message_names_the_wrapper():
     (d,) = lint_source(cls("self.layers = {'a': nn.Linear(2, 2)}\n"), "x.py", [UnregisteredSubmodule]).diagnostics
-    assert "nn.ModuleDict" in d.message and "`nn.Linear`" in d.message
+    text = f"{d.message} {d.detail}"  # the short message plus its detail
+    assert "nn.ModuleDict" in text and "`nn.Linear`" in text

@@ -78,7 +78,7 @@ def test_aliases_and_lazy_hint():
                  "        return C(1, 1, 3)(tnn.LSTM(2, 2)(x)[0])\n")
     diags = lint_source(src, "x.py", [ModuleBuiltInForward]).diagnostics
     assert [d.line for d in diags] == [5, 5]
-    by_layer = {("Conv2d" in d.message): d.message for d in diags}
+    by_layer = {("Conv2d" in d.message): f"{d.message} {d.detail}" for d in diags}
     assert "nn.LazyConv2d" in by_layer[True] and "Lazy" not in by_layer[False]
 
 

@@ -14,7 +14,7 @@ def lines(src: str) -> list[int]:
 
 
 def messages(src: str) -> list[str]:
-    return [d.message for d in lint_source(textwrap.dedent(src), "x.py", [RetainGraphInLoop]).diagnostics]
+    return [f"{d.message}, {d.detail}" for d in lint_source(textwrap.dedent(src), "x.py", [RetainGraphInLoop]).diagnostics]
 
 
 FIRES = {

@@ -69,4 +69,4 @@ def test_other_frameworks_no_grad_is_silent():
 def test_message_names_the_call_and_the_fix():
     result = lint_source("import torch\ntorch.no_grad()\n", "x.py", [NoGradNotEntered])
     (d,) = result.diagnostics
-    assert "with torch.no_grad():" in d.message and d.fix is None
+    assert "with torch.no_grad():" in f"{d.message} {d.detail}" and d.fix is None

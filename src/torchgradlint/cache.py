@@ -43,7 +43,7 @@ DEFAULT_DIR = ".torchgradlint_cache"
 ENV_DIR = "TORCHGRADLINT_CACHE_DIR"
 INDEX = "index.json"
 MAX_AGE_DAYS = 30
-_FORMAT = 2
+_FORMAT = 3
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 _TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by torchgradlint.\n"
@@ -72,15 +72,15 @@ def _today() -> int:
 
 def _to_row(d: Diagnostic) -> list:
     fix = None if d.fix is None else [list(d.fix.start), list(d.fix.end), d.fix.replacement, d.fix.safe]
-    return [d.code, d.message, d.line, d.col, d.end_line, d.end_col, d.cell, fix]
+    return [d.code, d.message, d.line, d.col, d.end_line, d.end_col, d.cell, fix, d.detail]
 
 
 def _from_row(path: str, row: list) -> Diagnostic:
-    code, message, line, col, end_line, end_col, cell, fix = row
+    code, message, line, col, end_line, end_col, cell, fix, detail = row
     if fix is not None:
         start, end, text, safe = fix
         fix = Fix(tuple(start), tuple(end), text, safe)
-    return Diagnostic(code, message, path, line, col, end_line, end_col, fix, cell)
+    return Diagnostic(code, message, path, line, col, end_line, end_col, fix, cell, detail)
 
 
 class Cache:

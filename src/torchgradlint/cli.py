@@ -18,11 +18,11 @@ from typing import Callable, Optional, Sequence
 
 from . import __version__
 from .config import ConfigError, RuleLayer, Settings
-from .diagnostics import PARSE_ERROR_CODE
+from .diagnostics import PARSE_ERROR_CODE, PARSE_ERROR_DOCS, PARSE_ERROR_NAME
 from .files import discover
 from .output import FORMAT_NAMES, NEEDS_SOURCES, RenderContext, renderer
 from .registry import SelectionError, all_rules, check_selectors, get_rule, rule_index
-from .runner import RunResult, default_jobs, lint_paths, order_key
+from .runner import RunResult, default_jobs, internal_error, lint_paths, order_key
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -118,13 +118,28 @@ PROGRESS_MIN_FILES = 20
 def _stats_rows(run: RunResult) -> list[tuple[str, str, int]]:
     counts = Counter(d.code for d in run.diagnostics)
     names = {r.code: r.name for r in rule_index()}
-    names[PARSE_ERROR_CODE] = "parse-error"
+    names[PARSE_ERROR_CODE] = PARSE_ERROR_NAME
     return [(code, names.get(code, ""), n) for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def _print_statistics(run: RunResult) -> None:
-    """Counts per rule: a rich table on a terminal, else plain ``count<TAB>code<TAB>name`` lines."""
+def _print_statistics(run: RunResult, output_format: str = "concise", unsafe: bool = False) -> None:
+    """Counts per rule: with ``--output-format json`` (or ``json-lines``) a
+    JSON array of ``{code, name, count, fixable}`` (``fixable``: how many
+    ``--fix`` fixes), as ruff prints it; else a rich table on a terminal, else
+    plain ``count<TAB>code<TAB>name`` lines."""
     rows = _stats_rows(run)
+    if output_format in ("json", "json-lines"):
+        import json
+
+        from .output.concise import applies
+
+        fixable = Counter(d.code for d in run.diagnostics if applies(d, unsafe))
+        objs = [{"code": code, "name": name, "count": n, "fixable": fixable[code]} for code, name, n in rows]
+        if output_format == "json":
+            print(json.dumps(objs, indent=2))
+        else:
+            sys.stdout.write("".join(json.dumps(o) + "\n" for o in objs))
+        return
     if sys.stdout.isatty() and rows:
         from rich.console import Console
         from rich.table import Table
@@ -199,7 +214,7 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     settings = Settings(RuleLayer(tuple(select) if select is not None else None, tuple(extend), tuple(ignore)),
                         isolated=args.isolated, max_file_size=args.max_file_size, file_timeout=args.file_timeout)
-    ctx = RenderContext()
+    ctx = RenderContext(unsafe_fixes=args.unsafe_fixes)
     path_errors = False
     try:
         if args.paths == ["-"]:
@@ -243,15 +258,19 @@ def _check(args: argparse.Namespace) -> int:
             return EXIT_ERROR
         fixed = _apply_fixes(run, settings, args)
         if args.diff:
+            for err in run.internal_errors:
+                print(f"torchgradlint: {err}", file=sys.stderr)
+            if run.internal_errors or path_errors:
+                return EXIT_ERROR
             return EXIT_FINDINGS if fixed else EXIT_CLEAN
     for err in run.internal_errors:
         print(f"torchgradlint: {err}", file=sys.stderr)
     if args.statistics:
-        _print_statistics(run)
+        _print_statistics(run, args.output_format, args.unsafe_fixes)
     else:
         sys.stdout.write(renderer(args.output_format)(run.diagnostics, ctx))
     if not args.quiet and args.output_format in ("concise", "full") and not args.statistics:
-        print(summary_line(run), file=sys.stderr)
+        print(summary(run, args.unsafe_fixes), file=sys.stderr)
     if run.internal_errors or path_errors:
         return EXIT_ERROR
     if run.diagnostics and not args.exit_zero:
@@ -259,13 +278,19 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def summary_line(run: RunResult) -> str:
-    """The closing line on standard error, counting how many files were
-    linted, skipped by the prefilter (never parsed: a syntax error there goes
-    unseen) and not parsed (one TGL000 each), e.g. ``All checks passed (12
-    files: 9 linted, 3 skipped by the prefilter).``"""
-    def plural(n: int, word: str) -> str:
-        return f"{n} {word}{'s' if n != 1 else ''}"
+def summary(run: RunResult, unsafe: bool = False) -> str:
+    """The closing lines on standard error of a ``concise``/``full`` run.
+
+    The first counts how many files were linted, skipped by the prefilter
+    (never parsed: a syntax error there goes unseen) and not parsed (one
+    TGL000 each), e.g. ``All checks passed (12 files: 9 linted, 3 skipped by
+    the prefilter).``; an internal error is a ``TGL000`` finding, so such a
+    run never passes. As ruff words it, a second line counts the findings
+    ``--fix`` fixes (``[*] 2 fixable with `--fix`.``) and the unsafe fixes
+    that ``--unsafe-fixes`` would add.
+    """
+    def plural(n: int, word: str, words: str = "") -> str:
+        return f"{n} {word if n == 1 else words or word + 's'}"
 
     parts = [f"{run.linted} linted"]
     if run.skipped:
@@ -274,13 +299,24 @@ def summary_line(run: RunResult) -> str:
         parts.append(f"{run.failed} not parsed")
     files = plural(run.files, "file") + (": " + ", ".join(parts) if len(parts) > 1 else "")
     n = len(run.diagnostics)
-    return f"Found {plural(n, 'finding')} in {files}." if n else f"All checks passed ({files})."
+    if not n:
+        return f"All checks passed ({files})."
+    lines = [f"Found {plural(n, 'finding')} in {files}."]
+    fixable = sum(d.fix is not None and (d.fix.safe or unsafe) for d in run.diagnostics)
+    hidden = sum(d.fix is not None and not d.fix.safe and not unsafe for d in run.diagnostics)
+    option = "`--fix --unsafe-fixes`" if unsafe else "`--fix`"
+    tail = f" ({plural(hidden, 'hidden fix', 'hidden fixes')} can be enabled with `--unsafe-fixes`)" if hidden else ""
+    if fixable:
+        lines.append(f"[*] {fixable} fixable with {option}{tail}.")
+    elif hidden:
+        lines.append(f"No fixes available{tail}.")
+    return "\n".join(lines)
 
 
 def _apply_fixes(run: RunResult, settings: Settings, args: argparse.Namespace) -> int:
     """Fix (or diff) every file with a fixable finding; update ``run`` with
     the findings that remain. Returns the number of fixes applied/proposed."""
-    from .fixes import fix_file, unified_diff
+    from .fixes import UnfixableFile, fix_file, unified_diff
 
     fixable = sorted({d.path for d in run.diagnostics if d.fix is not None and (d.fix.safe or args.unsafe_fixes)})
     count = 0
@@ -288,9 +324,16 @@ def _apply_fixes(run: RunResult, settings: Settings, args: argparse.Namespace) -
         rules = [get_rule(c) for c in settings.codes_for(path)]
         try:
             outcome = fix_file(path, rules, unsafe=args.unsafe_fixes, write=args.fix and not args.diff)
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, SyntaxError, UnfixableFile) as exc:
             print(f"torchgradlint: error: {path}: could not fix: {exc}", file=sys.stderr)
             run.internal_errors.append(f"{path}: could not fix")
+            continue
+        except Exception as exc:  # a bug in a rule met while re-linting the fixed text
+            import traceback
+
+            run.internal_errors.append(f"{path}: internal error while fixing (please report):\n"
+                                       f"{traceback.format_exc()}")
+            run.diagnostics = [d for d in run.diagnostics if d.path != path] + [internal_error(path, exc)]
             continue
         count += len(outcome.applied)
         if args.diff:
@@ -314,6 +357,10 @@ def _rule(args: argparse.Namespace) -> int:
             notes = ([] if r.default_enabled else ["off by default"]) + (
                 [] if r.fix_availability == "none" else [f"autofix: {r.fix_availability}"])
             print(f"{r.code}  {r.name:<28} {r.summary}" + (f"  ({'; '.join(notes)})" if notes else ""))
+        return EXIT_CLEAN
+    if args.rule.upper() in (PARSE_ERROR_CODE, PARSE_ERROR_NAME.upper()):
+        print(f"# {PARSE_ERROR_NAME} ({PARSE_ERROR_CODE})\n")
+        print(PARSE_ERROR_DOCS.strip())
         return EXIT_CLEAN
     try:
         r = get_rule(args.rule)

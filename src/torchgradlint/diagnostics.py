@@ -33,7 +33,8 @@ class Diagnostic:
     Attributes:
         code: rule code, e.g. ``"TGL001"``; ``"TGL000"`` marks a file that
             could not be read or parsed.
-        message: what is wrong and what to do, one sentence or two.
+        message: what is wrong and where, in the user's names: one line,
+            at most about 100 characters (the concise output's text).
         path: the file as the user named it (relative paths stay relative).
         line: 1-based line of the reported node's start.
         col: 1-based column of the reported node's start (flake8 receives
@@ -44,6 +45,8 @@ class Diagnostic:
         cell: for a Jupyter notebook, the 1-based index of the code cell
             (among the notebook's code cells); ``line``/``end_line`` are then
             1-based lines within that cell. ``None`` for ordinary files.
+        detail: optional longer text: why it is a defect and how to fix it
+            (shown by the ``full``, ``json`` and ``sarif`` formats).
     """
 
     code: str
@@ -55,6 +58,7 @@ class Diagnostic:
     end_col: int
     fix: Optional[Fix] = field(default=None, compare=False)
     cell: Optional[int] = None
+    detail: Optional[str] = field(default=None, compare=False)
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
@@ -63,6 +67,80 @@ class Diagnostic:
 
 
 PARSE_ERROR_CODE = "TGL000"
+PARSE_ERROR_NAME = "parse-error"
+PARSE_ERROR_DOCS = """\
+## What it does
+Reports a file that torchgradlint did not lint: it could not be read, decoded
+(its bytes are not valid in its declared encoding), parsed (a syntax error, or
+nesting too deep for the parser), or a notebook is not valid notebook JSON. It
+also reports an internal error (a bug in torchgradlint while linting that file;
+the traceback is printed on standard error and the run exits 2: please report
+it).
+
+## Why is this bad?
+No rule ran on the file, so it may hold defects that nobody saw. The other
+files are still linted.
+
+## Example
+```python
+for x in data:
+    loss = model(x
+```
+
+## Use instead
+Fix the syntax error (the message gives Python's own description and place),
+or the file's encoding, and run again. `TGL000` is not a selectable rule:
+to skip such a file, exclude it (`exclude` / `--exclude`).
+"""
+
+_CLAUSE_ENDS = (", ", ": ", "; ", " although ", " (")
+
+
+def split_message(text: str) -> tuple[str, str]:
+    """``(message, detail)``: a finding's long text cut after its first clause.
+
+    The cut falls at the first ``", "``, ``": "``, ``"; "``, ``" although "``
+    or ``" ("`` outside backticks and parentheses (a parenthesis that starts
+    the detail loses its brackets); the detail starts with a capital letter
+    and ends with a full stop. A text without such a place is
+    all message, with an empty detail.
+    """
+    depth, code = 0, False
+    for i, ch in enumerate(text):
+        if ch == "`":
+            code = not code
+        elif not code and ch == "(":
+            if depth == 0 and text.startswith(" (", i - 1):
+                close = _closing(text, i)
+                return _cut(text[:close] + text[close + 1:] if close > 0 else text, i - 1, 2)
+            depth += 1
+        elif not code and ch == ")":
+            depth = max(0, depth - 1)
+        elif not code and depth == 0:
+            for end in _CLAUSE_ENDS[:-1]:
+                if text.startswith(end, i):
+                    return _cut(text, i, len(end))
+    return text, ""
+
+
+def _closing(text: str, at: int) -> int:
+    """Index of the ``)`` that closes the ``(`` at ``at`` (outside backticks), or -1."""
+    depth, code = 0, False
+    for j in range(at, len(text)):
+        if text[j] == "`":
+            code = not code
+        elif not code and text[j] in "()":
+            depth += 1 if text[j] == "(" else -1
+            if depth == 0:
+                return j
+    return -1
+
+
+def _cut(text: str, at: int, skip: int) -> tuple[str, str]:
+    rest = text[at + skip:].strip()
+    if rest and not rest.endswith((".", "!", "?")):
+        rest += "."
+    return text[:at], rest[:1].upper() + rest[1:]
 
 
 @dataclass

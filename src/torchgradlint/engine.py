@@ -8,7 +8,6 @@ import ast
 import contextlib
 import dataclasses
 import gc
-import io
 import os
 import re
 import threading
@@ -20,8 +19,9 @@ from libcst.metadata import CodeRange
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .analysis import build_model
-from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file
+from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file, split_message
 from .limits import DEFAULT_BUDGET, Budget, size_diagnostic
+from .lines import bytes_readline, split_lines
 from .noqa import NoqaFilter
 from .notebook import is_notebook, map_to_cells, read_notebook
 from .prefilter import candidate_rules
@@ -150,7 +150,7 @@ def decode_source(data: bytes) -> str:
         UnicodeDecodeError: the bytes are not valid in the declared encoding.
         SyntaxError: the encoding cookie names an unknown codec.
     """
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    encoding, _ = tokenize.detect_encoding(bytes_readline(data))
     text = data.decode(encoding)
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -261,8 +261,10 @@ def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[ty
             orng = positions[old]
             fix = Fix((orng.start.line, orng.start.column + 1), (orng.end.line, orng.end.column + 1),
                       module.code_for_node(new), finding.fix_safe)
-        d = Diagnostic(rule_cls.code, finding.message, path, rng.start.line, rng.start.column + 1,
-                       rng.end.line, rng.end.column + 1, fix)
+        # a finding without a detail gets its long text split (message: first clause, detail: the rest)
+        message, detail = (finding.message, finding.detail) if finding.detail else split_message(finding.message)
+        d = Diagnostic(rule_cls.code, message, path, rng.start.line, rng.start.column + 1,
+                       rng.end.line, rng.end.column + 1, fix, detail=detail or None)
         diags.setdefault((d.code, d.line, d.col), d)
     return list(diags.values())
 
@@ -354,7 +356,7 @@ class _ExpandedIndentation:
 
     def __init__(self, source: str) -> None:
         self.shift: dict[int, tuple[int, int]] = {}  # line -> (expanded indent length, original length)
-        lines = source.splitlines(keepends=True)
+        lines = split_lines(source, keepends=True)  # lines as Python counts them
         for n, line in enumerate(lines, start=1):
             indent = _INDENT.match(line).group()  # type: ignore[union-attr]
             if "\t" in indent:

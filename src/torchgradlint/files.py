@@ -116,29 +116,41 @@ def _config_excludes(settings: Optional[Settings], path: Path, is_dir: bool) -> 
 
 def _walk(root: Path, specs: list[tuple[Path, pathspec.PathSpec]],
           excluded: Optional[pathspec.PathSpec], suffixes: tuple[str, ...],
-          settings: Optional[Settings] = None) -> Iterator[str]:
-    own = _load_spec(root)
-    here = specs + ([(root, own)] if own is not None else [])
+          settings: Optional[Settings] = None, warnings: Optional[list[str]] = None) -> Iterator[str]:
+    """Files below ``root`` to lint. A folder that cannot be read or an entry
+    that cannot be examined (a symlink loop, no permission) adds a warning to
+    ``warnings`` and the walk goes on."""
     try:
+        own = _load_spec(root)
         entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError:
+    except OSError as exc:
+        _warn(warnings, root, exc)
         return
+    here = specs + ([(root, own)] if own is not None else [])
     for entry in entries:
         p = Path(entry.path)
         if entry.name.startswith("."):
             continue
-        if entry.is_dir(follow_symlinks=False):
-            if _is_venv(p) or _config_excludes(settings, p, True):
-                continue
-            if _ignored(p, True, here) or (excluded is not None and excluded.match_file(p.as_posix() + "/")):
-                continue
-            yield from _walk(p, here, excluded, suffixes, settings)
-        elif entry.is_file() and entry.name.endswith(suffixes):
-            if _config_excludes(settings, p, False):
-                continue
-            if _ignored(p, False, here) or (excluded is not None and excluded.match_file(p.as_posix())):
-                continue
-            yield entry.path
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if _is_venv(p) or _config_excludes(settings, p, True):
+                    continue
+                if _ignored(p, True, here) or (excluded is not None and excluded.match_file(p.as_posix() + "/")):
+                    continue
+                yield from _walk(p, here, excluded, suffixes, settings, warnings)
+            elif entry.name.endswith(suffixes) and entry.is_file():
+                if _config_excludes(settings, p, False):
+                    continue
+                if _ignored(p, False, here) or (excluded is not None and excluded.match_file(p.as_posix())):
+                    continue
+                yield entry.path
+        except OSError as exc:
+            _warn(warnings, p, exc)
+
+
+def _warn(warnings: Optional[list[str]], path: Path, exc: OSError) -> None:
+    if warnings is not None:
+        warnings.append(f"{path}: skipped, {exc.strerror or exc}")
 
 
 def discover(paths: Sequence[str], exclude: Sequence[str] = (),
@@ -151,7 +163,8 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (),
     ``exclude`` holds gitignore-style patterns matched against the walked
     paths; ``settings`` supplies each folder's config excludes (default
     excludes without it). A missing path is a user error; a directory that
-    holds no Python file is a warning.
+    holds no Python file is a warning, and so is a folder or entry below a
+    walked directory that cannot be read (a symlink loop, no permission).
 
     Raises:
         ConfigError: a ``pyproject.toml`` on the way is malformed.
@@ -163,7 +176,8 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (),
         if not p.exists():
             out.errors.append(f"{raw}: no such file or directory")
         elif p.is_dir():
-            found = [os.path.normpath(f) for f in _walk(p, _ancestor_specs(p), excluded, suffixes, settings)]
+            found = [os.path.normpath(f)
+                     for f in _walk(p, _ancestor_specs(p), excluded, suffixes, settings, out.warnings)]
             if not found:
                 out.warnings.append(f"{raw}: no Python files found in this directory")
             out.files.extend(found)

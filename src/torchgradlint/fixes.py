@@ -8,12 +8,14 @@ nothing (idempotence, reached by re-linting until no fix applies).
 from __future__ import annotations
 
 import difflib
+import tokenize
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import libcst as cst
 
 from .diagnostics import Diagnostic, Fix
+from .lines import bytes_readline, line_starts, split_lines
 
 MAX_ROUNDS = 10
 
@@ -30,14 +32,6 @@ class FixResult:
         return self.source != original
 
 
-def _offsets(source: str) -> list[int]:
-    """Offset of the first character of each 1-based line (index 0 unused)."""
-    starts = [0, 0]
-    for line in source.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    return starts
-
-
 def _span(starts: list[int], fix: Fix) -> tuple[int, int]:
     (l1, c1), (l2, c2) = fix.start, fix.end
     return starts[l1] + c1 - 1, starts[l2] + c2 - 1
@@ -50,7 +44,7 @@ def apply_edits(source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = F
     later one waits for the next round. If the edited text would not parse,
     nothing is applied.
     """
-    starts = _offsets(source)
+    starts = line_starts(source)
     chosen: list[tuple[int, int, Diagnostic]] = []
     for d in sorted((d for d in diagnostics if d.fix is not None), key=lambda d: d.sort_key):
         assert d.fix is not None
@@ -87,7 +81,7 @@ def fix_until_stable(source: str, lint: Callable[[str], Sequence[Diagnostic]], u
 
 def unified_diff(path: str, before: str, after: str) -> str:
     """A unified diff of one file's fix, as ``--diff`` prints it."""
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+    return "".join(difflib.unified_diff(split_lines(before, True), split_lines(after, True),
                                         fromfile=f"a/{path.lstrip('/')}", tofile=f"b/{path.lstrip('/')}"))
 
 
@@ -103,12 +97,55 @@ class FileFix:
     remaining: list[Diagnostic]
 
 
+class UnfixableFile(ValueError):
+    """The file's text cannot be written back byte for byte (its bytes do not
+    round-trip through its declared encoding, or a fix's text is not
+    encodable in it), so it is left alone."""
+
+
+def source_encoding(data: bytes) -> str:
+    """The encoding Python reads ``data`` in (PEP 263 cookie or BOM, else
+    UTF-8); ``utf-8-sig`` when a UTF-8 BOM starts the file.
+
+    Raises:
+        SyntaxError: the cookie names an unknown codec, or contradicts the BOM.
+    """
+    return tokenize.detect_encoding(bytes_readline(data))[0]
+
+
+def encode_like(text: str, data: bytes) -> tuple[str, bytes]:
+    """``(encoding, bytes)``: ``text`` encoded as the original file ``data`` is
+    (same declared encoding, same BOM), so every byte outside the fixed spans
+    stays identical. Line endings are part of the text and kept as they are.
+
+    Raises:
+        UnfixableFile: ``data`` is not what decoding and re-encoding gives
+            (nothing could be written without changing other bytes), or
+            ``text`` holds a character the encoding cannot represent.
+    """
+    from .engine import decode_source
+
+    encoding = source_encoding(data)
+    try:
+        if decode_source(data).encode(encoding) != data:  # utf-8-sig writes the BOM back
+            raise UnfixableFile(f"its bytes do not round-trip through its encoding ({encoding})")
+        return encoding, text.encode(encoding)
+    except UnicodeEncodeError as exc:
+        raise UnfixableFile(f"a fix is not representable in the file's encoding ({encoding}): {exc.reason}") \
+            from None
+
+
 def fix_file(path: str, rules: Sequence, unsafe: bool = False, write: bool = True) -> FileFix:
     """Fix one file in place (``write=True``) or only compute the fix.
+
+    The file is written back in its own encoding, with its BOM and its line
+    endings: only the bytes of the applied edits change.
 
     Raises:
         OSError: the file cannot be read or written.
         UnicodeDecodeError: the file is not valid in its declared encoding.
+        SyntaxError: its encoding cookie names an unknown codec.
+        UnfixableFile: it cannot be written back byte for byte.
     """
     from .engine import decode_source, lint_source
 
@@ -120,8 +157,9 @@ def fix_file(path: str, rules: Sequence, unsafe: bool = False, write: bool = Tru
         return lint_source(text, path, rules).diagnostics
 
     result = fix_until_stable(before, lint, unsafe)
-    if write and result.changed(before):
-        # keep the file's newline convention: splitlines/parse round-trips text, not bytes
-        with open(path, "w", encoding="utf-8", newline="") as fh:
-            fh.write(result.source)
+    if result.changed(before):
+        _, out = encode_like(result.source, data)
+        if write:
+            with open(path, "wb") as fh:
+                fh.write(out)
     return FileFix(path, before, result.source, result.applied, list(lint(result.source)))

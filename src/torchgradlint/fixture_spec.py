@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .lines import split_lines
+
 EXPECT_RE = re.compile(r"#\s*expect:\s*(TGL\d{3}(?:\s*,\s*TGL\d{3})*)")
 
 
@@ -38,7 +40,7 @@ class Fixture:
 def expectations(text: str) -> frozenset[tuple[str, int]]:
     """The ``(code, line)`` pairs promised by ``# expect:`` comments in ``text``."""
     out = set()
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(split_lines(text), start=1):
         m = EXPECT_RE.search(line)
         if m:
             for code in m.group(1).split(","):

@@ -11,6 +11,13 @@ per-file-ignores, exclude). The nearest ``[tool.torchgradlint]`` table in
 ``pyproject.toml`` (cached per folder) can only narrow that: its ``ignore``,
 ``per-file-ignores`` and ``exclude``/``extend-exclude`` apply too. A malformed
 table gives one ``TGL000`` result on line 1 instead of crashing flake8.
+Standard input (``flake8 -``) gets the config of ``--stdin-display-name``'s
+folder, or of the current folder without one, as ``torchgradlint check -``.
+
+A ``TGL`` selector in flake8's ``--select``/``--extend-select``/``--ignore``/
+``--extend-ignore`` that names no rule (``--select TGL999``) stops flake8 with
+a usage error on standard error and exit status 2 (through flake8's own
+argument parser), as the CLI rejects it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,29 @@ from . import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from .limits import Budget
+
+
+_SELECTOR_OPTIONS = ("select", "extend_select", "ignore", "extend_ignore")
+
+
+def _rule_codes() -> tuple[str, ...]:
+    """Every rule code, from the generated rule index (imports no rule)."""
+    from .registry import rule_index
+
+    return tuple(r.code for r in rule_index())
+
+
+def unknown_selectors(options: argparse.Namespace) -> list[str]:
+    """``TGL`` entries of flake8's select/ignore options that are a prefix of
+    no rule code (``TGL000``, the parse-error code, is known)."""
+    known = (*_rule_codes(), "TGL000")
+    out = []
+    for name in _SELECTOR_OPTIONS:
+        for sel in getattr(options, name, None) or ():
+            sel = str(sel).strip().upper()
+            if sel.startswith("TGL") and not any(code.startswith(sel) for code in known) and sel not in out:
+                out.append(sel)
+    return out
 
 
 class Plugin:
@@ -40,9 +70,29 @@ class Plugin:
         self.filename = filename
 
     @classmethod
-    def parse_options(cls, options: argparse.Namespace) -> None:
-        """Keep only the TGL codes that flake8's select/ignore lets through
-        (decided on :mod:`torchgradlint.rule_index`, without importing the rules)."""
+    def parse_options(cls, option_manager: Any, options: "argparse.Namespace | None" = None,
+                      args: Any = None) -> None:
+        """Reject unknown ``TGL`` selectors, then keep only the TGL codes that
+        flake8's select/ignore lets through (decided on
+        :mod:`torchgradlint.rule_index`, without importing the rules).
+
+        Exits (status 2, through ``option_manager.parser.error``) when a
+        ``TGL`` selector matches no rule. Called by flake8 as
+        ``(option_manager, options, filenames)``; ``(options)`` alone works too.
+        """
+        if options is None:  # the one-argument form
+            options, option_manager = option_manager, None
+        unknown = unknown_selectors(options)
+        if unknown:
+            message = (f"torchgradlint: unknown rule selector(s) {', '.join(map(repr, unknown))}: expected a "
+                       f"code or code prefix of {', '.join(_rule_codes())}")
+            parser = getattr(option_manager, "parser", None)
+            if parser is None:
+                import sys
+
+                print(f"flake8: error: {message}", file=sys.stderr)
+                raise SystemExit(2)
+            parser.error(message)
         try:
             from flake8.style_guide import Decision, DecisionEngine
 
@@ -132,9 +182,9 @@ class Plugin:
         from .registry import RuleLayer, resolve_codes
 
         layers = [] if self._codes is None else [RuleLayer(select=self._codes)]
-        if self.filename in ("-", "stdin", ""):
-            return resolve_codes(layers)
         path = Path(self.filename)
+        if self.filename in ("-", "stdin", ""):  # standard input without --stdin-display-name
+            path = Path.cwd() / "-"
         cfg = find_config(path)
         if cfg is None:
             return resolve_codes(layers)

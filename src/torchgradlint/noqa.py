@@ -12,6 +12,8 @@ import re
 import tokenize
 from typing import Iterable
 
+from .lines import normalize_newlines, split_lines
+
 # flake8.defaults.NOQA_INLINE_REGEXP
 NOQA_INLINE = re.compile(r"# noqa(?::[\s]?(?P<codes>([A-Z]+[0-9]+(?:[,\s]+)?)+))?", re.IGNORECASE)
 _SPLIT = re.compile(r"[,\s]")
@@ -19,7 +21,8 @@ _SPLIT = re.compile(r"[,\s]")
 
 def _line_mapping(source: str) -> dict[int, str]:
     """Line number → the text searched for ``noqa`` (flake8's mapping)."""
-    lines = source.splitlines(keepends=True)
+    source = normalize_newlines(source)  # tokenize splits at "\n" only; line numbers are kept
+    lines = split_lines(source, keepends=True)
     mapping: dict[int, str] = {}
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, LintResult
+from .lines import split_lines
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -78,7 +79,7 @@ def code_cells(nb: dict[str, Any]) -> list[str]:
 
 
 def _python_lines(cell: str) -> list[str]:
-    lines = cell.splitlines()
+    lines = split_lines(cell)
     if lines and lines[0].lstrip().startswith("%%"):
         return [""] * len(lines)
     out = []

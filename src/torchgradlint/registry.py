@@ -36,6 +36,11 @@ class SelectionError(ValueError):
 class Finding:
     """What a rule reports: the node to point at and the message.
 
+    ``message`` is one short line (what and where, in the user's names, at
+    most about 100 characters); ``detail`` the rest (why it is a defect and
+    the fix), shown by the ``full``, ``json`` and ``sarif`` formats. A
+    finding with an empty ``detail`` has its message split by the engine as
+    :meth:`from_text` splits it.
     ``fix`` is an optional ``(old_node, new_node)`` pair: the engine turns it
     into a :class:`~torchgradlint.diagnostics.Fix` that replaces exactly the
     span of ``old_node`` with the code of ``new_node``.
@@ -45,6 +50,17 @@ class Finding:
     message: str
     fix: Optional[tuple[cst.CSTNode, cst.CSTNode]] = None
     fix_safe: bool = True
+    detail: str = ""
+
+    @classmethod
+    def from_text(cls, node: "cst.CSTNode", text: str, **kwargs: object) -> "Finding":
+        """A finding whose long ``text`` is split into ``message`` (its first
+        clause) and ``detail`` (the rest) by
+        :func:`~torchgradlint.diagnostics.split_message`."""
+        from .diagnostics import split_message
+
+        message, detail = split_message(text)
+        return cls(node, message, detail=detail, **kwargs)  # type: ignore[arg-type]
 
 
 class Rule:

@@ -99,9 +99,18 @@ def _lint_one(args: tuple) -> Outcome:
             result = lint_file(path, rules, budget=budget)
         else:
             result = lint_data(data, path, rules, budget=budget)
-    except Exception:  # a bug in a rule: report it for this file, keep going
-        return [], False, f"{path}: internal error while linting (please report):\n{traceback.format_exc()}"
+    except Exception as exc:  # a bug in a rule: report it for this file, keep going
+        return ([internal_error(path, exc)], False,
+                f"{path}: internal error while linting (please report):\n{traceback.format_exc()}")
     return result.diagnostics, result.parsed, None
+
+
+def internal_error(path: str, exc: BaseException) -> Diagnostic:
+    """The ``TGL000`` diagnostic of a file whose linting crashed (a bug in
+    torchgradlint: the traceback goes to standard error, the run exits 2)."""
+    reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return Diagnostic(PARSE_ERROR_CODE, f"internal error, so the file was not linted (please report): {reason}",
+                      path, 1, 1, 1, 1)
 
 
 def _serve(conn: Any) -> None:

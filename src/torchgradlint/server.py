@@ -44,6 +44,7 @@ from pygls.uris import to_fs_path
 
 from . import __version__
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic
+from .lines import split_lines
 from .runner import ResidentWorker
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -123,7 +124,7 @@ class TorchGradLintServer(LanguageServer):
                 if uri in self._dirty:
                     continue  # newer text arrived: its lint replaces this one
                 self.results[uri] = found
-                lines = source.splitlines() or [""]
+                lines = split_lines(source) or [""]
                 self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
                     uri=uri, version=version, diagnostics=[self.to_lsp(d, lines) for d in found]))
                 return
@@ -151,7 +152,7 @@ class TorchGradLintServer(LanguageServer):
     def code_actions(self, uri: str, rng: types.Range) -> list[types.CodeAction]:
         """Fixes and "add noqa" for the diagnostics that touch ``rng``."""
         doc = self.workspace.get_text_document(uri)
-        lines = doc.source.splitlines() or [""]
+        lines = split_lines(doc.source) or [""]
         actions = []
         for d in self.results.get(uri, []):
             if d.code == PARSE_ERROR_CODE:
@@ -177,7 +178,7 @@ class TorchGradLintServer(LanguageServer):
         from .registry import get_rule
 
         doc = self.workspace.get_text_document(uri)
-        lines = doc.source.splitlines() or [""]
+        lines = split_lines(doc.source) or [""]
         parts = []
         for d in self.results.get(uri, []):
             r = _range(lines, d.line, d.col, d.end_line, d.end_col)

@@ -20,11 +20,15 @@ EXIT_AGREE, EXIT_DISAGREE, EXIT_ERROR = 0, 1, 2
 
 
 def default_fixtures_dir() -> Path:
-    """``./fixtures`` when present, else the repository's ``fixtures/`` next to ``src/``."""
-    here = Path.cwd() / "fixtures"
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[3] / "fixtures"
+    """The fixtures shipped with torchgradlint: ``torchgradlint/fixtures`` in
+    an installed wheel (package data, see ``setup.py``), else the repository's
+    ``fixtures/`` next to ``src/`` (a source checkout or an editable install).
+    A user's own folder is passed with ``--fixtures DIR`` instead."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "fixtures"
+    if shipped.is_dir():
+        return shipped
+    return package.parents[1] / "fixtures"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rule", action="append", default=[], metavar="CODE",
                    help="only these rule directories (repeatable, e.g. --rule TGL101)")
     p.add_argument("--fixtures", type=Path, default=None, metavar="DIR",
-                   help="a folder laid out like fixtures/ (<CODE>/bad_*.py, <CODE>/ok_*.py)")
+                   help="your own folder laid out like fixtures/ (<CODE>/bad_*.py, <CODE>/ok_*.py); "
+                        "default: the fixtures shipped with torchgradlint")
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.add_argument("--steps", type=int, default=10, metavar="N",
                    help="run each fixture at N and 2N steps, and 4N for retained-graph (10)")
@@ -49,7 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _torch_version() -> str:
-    import torch
+    """torch's version; imports torch, without the warning a torch build with
+    NumPy support prints on import when NumPy is not installed (the harness
+    does not use NumPy).
+
+    Raises:
+        ImportError: torch is not installed.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+        import torch
 
     return torch.__version__
 

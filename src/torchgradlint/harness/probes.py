@@ -992,3 +992,11 @@ def install_autograd_wrappers() -> None:
     instrument.install()
 
 from . import probes_numerics  # noqa: E402,F401 - registers its probes in PROBES
+
+
+def all_probes() -> dict[str, type[Probe]]:
+    """Every probe by name: :data:`PROBES` (with the numerics probes) and the
+    structure probes (imported here, lazily: that module builds on this one)."""
+    from .probes_structure import STRUCTURE_PROBES
+
+    return {**PROBES, **STRUCTURE_PROBES}

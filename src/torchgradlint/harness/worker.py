@@ -87,10 +87,9 @@ def measure(path: Path, probe_name: str, device: str, steps: int, seed: int = 0)
     import torch
 
     from .instrument import install
-    from .probes import PROBES
-    from .probes_structure import STRUCTURE_PROBES
+    from .probes import all_probes
 
-    probe_cls = {**PROBES, **STRUCTURE_PROBES}[probe_name]
+    probe_cls = all_probes()[probe_name]
     start = time.perf_counter()
     install()
     out: dict = {"probe": probe_name, "device": device, "measurement": None, "error": None,

@@ -22,12 +22,14 @@ class RenderContext:
     notebook, its JSON text), when read. ``paths`` lists every file checked
     (junit reports clean files as passing tests). ``root`` is the folder that
     SARIF URIs are relative to (default: the git work tree holding the
-    current folder, else the current folder).
+    current folder, else the current folder). ``unsafe_fixes``: the run has
+    ``--unsafe-fixes``, so unsafe fixes count as fixable (``[*]``).
     """
 
     sources: dict[str, str] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)
     root: Optional[str] = None
+    unsafe_fixes: bool = False
 
 
 Renderer = Callable[[Sequence[Diagnostic], RenderContext], str]

@@ -6,20 +6,26 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from ..diagnostics import PARSE_ERROR_CODE, Diagnostic
+from ..diagnostics import PARSE_ERROR_CODE, PARSE_ERROR_NAME, Diagnostic
 
 
 def rule_name(code: str) -> str:
     """The kebab name of a rule code (``parse-error`` for ``TGL000``; ``""``
     for an unknown code), from the rule index: imports no rule."""
     if code == PARSE_ERROR_CODE:
-        return "parse-error"
+        return PARSE_ERROR_NAME
     from ..registry import rule_name as indexed_name
 
     try:
         return indexed_name(code)
     except KeyError:
         return ""
+
+
+def fix_message(d: Diagnostic) -> str:
+    """One line saying what ``d``'s fix does (it must have one)."""
+    assert d.fix is not None
+    return f"Replace with `{d.fix.replacement}`" if "\n" not in d.fix.replacement else "Replace the flagged code"
 
 
 def file_region(d: Diagnostic, ctx, cache: dict) -> Optional[tuple[int, int, int, int]]:

@@ -1,4 +1,7 @@
-"""``path:line:col: CODE message``, one line per diagnostic (the default).
+"""``path:line:col: CODE [*] message``, one line per diagnostic (the default).
+
+``[*]`` marks a finding that ``--fix`` fixes (a safe fix; an unsafe one too
+when ``--unsafe-fixes`` is given), as ruff marks them.
 
 Notebook diagnostics read ``nb.ipynb:cell 3:4:5: CODE message`` (code cell 3,
 line 4 of that cell, column 5).
@@ -18,11 +21,19 @@ def location(d: Diagnostic) -> str:
     return f"{d.path}:{d.line}:{d.col}"
 
 
-def format_line(d: Diagnostic) -> str:
-    """One diagnostic as ``path:line:col: CODE message`` (1-based line and column)."""
-    return f"{location(d)}: {d.code} {d.message}"
+def applies(d: Diagnostic, unsafe: bool = False) -> bool:
+    """Whether ``--fix`` (with ``--unsafe-fixes`` when ``unsafe``) fixes ``d``."""
+    return d.fix is not None and (d.fix.safe or unsafe)
+
+
+def format_line(d: Diagnostic, unsafe: bool = False) -> str:
+    """One diagnostic as ``path:line:col: CODE [*] message`` (1-based line
+    and column; ``[*]`` only when :func:`applies`)."""
+    mark = "[*] " if applies(d, unsafe) else ""
+    return f"{location(d)}: {d.code} {mark}{d.message}"
 
 
 def render(diagnostics: Sequence[Diagnostic], ctx) -> str:
     """All diagnostics, one per line."""
-    return "".join(format_line(d) + "\n" for d in diagnostics)
+    unsafe = getattr(ctx, "unsafe_fixes", False)
+    return "".join(format_line(d, unsafe) + "\n" for d in diagnostics)

@@ -1,6 +1,9 @@
-"""A JSON array in ruff's shape: code, message, filename, location{row,column},
-end_location, url, fix, noqa_row, cell (the 1-based code cell of a notebook
-diagnostic, whose rows are then lines within that cell; ``null`` otherwise)."""
+"""A JSON array in ruff's shape: code, message (one short line), filename,
+location{row,column}, end_location, url, fix (``null``, or applicability
+``safe``/``unsafe``, message and edits), noqa_row, cell (the 1-based code cell
+of a notebook diagnostic, whose rows are then lines within that cell; ``null``
+otherwise); plus name (the rule's kebab name) and detail (why, and the fix;
+``null`` when the rule gives none)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 from typing import Sequence
 
 from ..diagnostics import Diagnostic
+from ._common import fix_message, rule_name
 
 
 def to_dict(d: Diagnostic) -> dict:
@@ -18,7 +22,7 @@ def to_dict(d: Diagnostic) -> dict:
     if d.fix is not None:
         fix = {
             "applicability": "safe" if d.fix.safe else "unsafe",
-            "message": "Apply the suggested change",
+            "message": fix_message(d),
             "edits": [{
                 "content": d.fix.replacement,
                 "location": {"row": d.fix.start[0], "column": d.fix.start[1]},
@@ -27,7 +31,9 @@ def to_dict(d: Diagnostic) -> dict:
         }
     return {
         "code": d.code,
+        "name": rule_name(d.code),
         "message": d.message,
+        "detail": d.detail,
         "filename": d.path,
         "location": {"row": d.line, "column": d.col},
         "end_location": {"row": d.end_line, "column": d.end_col},

@@ -34,7 +34,7 @@ def to_element(diagnostics: Sequence[Diagnostic], ctx) -> ET.Element:
                                  else f"{d.code} at {location(d)[len(d.path) + 1:]}",
                                  line=str(d.line))
             failure = ET.SubElement(case, "failure", message=d.message, type=d.code)
-            failure.text = format_line(d)
+            failure.text = format_line(d) + (f"\n{d.detail}" if d.detail else "")
         total += max(1, len(found))
     root.set("tests", str(total))
     return root

@@ -6,8 +6,11 @@ Markdown: the rule's docs), helpUri and defaultConfiguration.level. Each result
 has ruleId, ruleIndex, level, message.text and one physical location whose
 ``artifactLocation.uri`` is relative to ``%SRCROOT%`` (the repository root,
 forward slashes) and whose region is 1-based with an exclusive end column,
-counted in Unicode code points (``columnKind``). A notebook result's region
-is the cell line inside the ``.ipynb`` JSON; its message names the cell.
+counted in Unicode code points (``columnKind``). ``message.text`` is the
+short message; ``properties.detail`` the longer detail (why, and the fix), and
+``fixes`` the autofix as a replacement of the reported file's region. A
+notebook result's region is the cell line inside the ``.ipynb`` JSON; its
+message names the cell.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import __version__
-from ..diagnostics import PARSE_ERROR_CODE, Diagnostic
-from ._common import file_region, repo_root
+from ..diagnostics import PARSE_ERROR_CODE, PARSE_ERROR_DOCS, PARSE_ERROR_NAME, Diagnostic
+from ._common import file_region, fix_message, repo_root
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/torchgradlint/torchgradlint"
@@ -39,14 +42,12 @@ def rule_descriptors() -> list[dict[str, Any]]:
     """``reportingDescriptor`` objects: ``TGL000`` then every rule by code."""
     from ..registry import DOCS_URL, all_rules
 
-    parse_docs = ("## What it does\nReports a file that could not be read, decoded or parsed; "
-                  "such a file is not linted.\n")
     out = [{
         "id": PARSE_ERROR_CODE,
-        "name": "parse-error",
+        "name": PARSE_ERROR_NAME,
         "shortDescription": {"text": "file could not be read or parsed"},
         "fullDescription": {"text": "A file that could not be read, decoded or parsed is not linted."},
-        "help": {"text": parse_docs, "markdown": parse_docs},
+        "help": {"text": PARSE_ERROR_DOCS, "markdown": PARSE_ERROR_DOCS},
         "helpUri": INFORMATION_URI,
         "defaultConfiguration": {"level": "error"},
         "properties": {"tags": ["torchgradlint"]},
@@ -101,8 +102,22 @@ def to_sarif(diagnostics: Sequence[Diagnostic], ctx) -> dict[str, Any]:
         }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
+        properties: dict[str, Any] = {}
+        if d.detail:
+            properties["detail"] = d.detail
         if d.cell is not None:
-            result["properties"] = {"cell": d.cell, "cellLine": d.line, "cellColumn": d.col}
+            properties.update({"cell": d.cell, "cellLine": d.line, "cellColumn": d.col})
+        if properties:
+            result["properties"] = properties
+        if d.fix is not None and d.cell is None:
+            (l1, c1), (l2, c2) = d.fix.start, d.fix.end
+            result["fixes"] = [{
+                "description": {"text": fix_message(d) + ("" if d.fix.safe else " (unsafe)")},
+                "artifactChanges": [{"artifactLocation": dict(artifact), "replacements": [{
+                    "deletedRegion": {"startLine": l1, "startColumn": c1, "endLine": l2, "endColumn": c2},
+                    "insertedContent": {"text": d.fix.replacement},
+                }]}],
+            }]
         results.append(result)
     return {
         "$schema": SCHEMA_URI,

@@ -106,7 +106,7 @@ with torch.no_grad():
                 continue
             graph = provenance(model, b.target, call)
             if graph.inference and not graph.detached:
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"{_short(model, b.target)} depends on a tensor created under `torch.inference_mode()`; "
                     "autograd cannot save inference tensors for backward, so this raises \"Inference tensors "
                     "cannot be saved for backward\"; create it under `torch.no_grad()` instead (or `.clone()` "
@@ -119,7 +119,7 @@ with torch.no_grad():
             else:
                 target = f"`{target}`"
             if region is not None:
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"{target} was computed under {_region_text(model, region)}, so it has no `grad_fn` and "
                     "backward raises \"element 0 of tensors does not require grad\"; compute the forward pass "
                     "with grad enabled"))
@@ -127,7 +127,7 @@ with torch.no_grad():
             if is_true(b.create_graph) and model.grad_mode(call) is GradMode.DISABLED:
                 user = self._disabled_user(model, call)
                 if user is not None:
-                    yield Finding(call.node, (
+                    yield Finding.from_text(call.node, (
                         "`create_graph=True` under a grad-disabled region, and the gradients are used in that "
                         "region, so the penalty built from them has no graph and contributes no gradient; "
                         "compute the gradients and the penalty outside `no_grad` (or inside "
@@ -150,7 +150,7 @@ with torch.no_grad():
                                 if (r := leaves_grad_disabled(model, fn)) is not None), None)
                 if culprit is None:
                     continue
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"`{other.func_text}()` leaves grad mode disabled (a bare `{culprit.api}(False)` that is never "
                     "switched back), so after it runs the loop's forward builds no graph and this backward raises "
                     "\"element 0 of tensors does not require grad\"; use `with torch.no_grad():` in the helper"))
@@ -172,7 +172,7 @@ with torch.no_grad():
             fn = model.enclosing_function(call.scope)
             if checks_grad_mode(model, fwd) or (fn is not None and checks_grad_mode(model, fn)):
                 continue
-            yield Finding(call.node, (
+            yield Finding.from_text(call.node, (
                 f"this backward runs inside `{fwd.qualname}` (a module's forward): evaluation calls the module "
                 "under `torch.no_grad()`, where the loss has no graph and backward raises \"element 0 of tensors "
                 "does not require grad\"; branch on `torch.is_grad_enabled()` (or `self.training`) first"))
@@ -199,7 +199,7 @@ with torch.no_grad():
                         if len(attribute_reads(model, method, text)) != 1:
                             continue  # also used directly: it still gets gradients
                         reported.add(id(region))
-                        yield Finding(region.node, (
+                        yield Finding.from_text(region.node, (
                             f"`{text}` reaches `{method.qualname}`'s output only through `{call.func_text}`, whose "
                             f"forward computes under `{region.api}`: the parameter never receives a gradient, so it "
                             "never trains; compute the constraint with grad enabled (or apply it in place to the "

@@ -334,5 +334,6 @@ step.
                     msg = (f"{shown} is stored in `{s.container}` with {what}, kept alive across iterations so "
                            "memory grows every step; store `.item()` or `.detach()` instead")
                 fix = self._fix(model, s, value)
-                yield s, (Finding(s.node, msg, fix=fix, fix_safe=True) if fix else Finding(s.node, msg))
+                yield s, (Finding.from_text(s.node, msg, fix=fix, fix_safe=True) if fix
+                          else Finding.from_text(s.node, msg))
                 break

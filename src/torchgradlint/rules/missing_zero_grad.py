@@ -122,7 +122,7 @@ for x, y in loader:
                 msg = (f"`{site.via.func_text}(...)` steps `{opt}` in a loop with `backward()` but gradients are "
                        "never reset in the loop or the helper, so each step applies the sum of all earlier "
                        "gradients; call `zero_grad()` once per iteration")
-            yield Finding(site.via.node, msg)
+            yield Finding.from_text(site.via.node, msg)
 
 
 def _canonical(model: FileModel, text, at, depth: int = 0):

@@ -115,7 +115,7 @@ for epoch in range(epochs):
             if recalibrates_statistics(model, call) or _during_construction(model, call.scope):
                 continue
             reported.add(id(loop))
-            yield Finding(loop.node, (
+            yield Finding.from_text(loop.node, (
                 f"this loop evaluates `{text}` after training it, without `{text}.eval()`: dropout stays active "
                 "and batch-norm running statistics are overwritten by evaluation data (and without "
                 f"`torch.no_grad()` every batch builds a graph); call `{text}.eval()` before the loop and "
@@ -150,7 +150,7 @@ for epoch in range(epochs):
                 continue  # a training-time forward (GAN sample, RL rollout, pseudo-labels), not an evaluation
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
-            yield Finding(call.node, (
+            yield Finding.from_text(call.node, (
                 f"`{text}` runs under `{api}` but may still be in training mode (trained or `.train()`-ed "
                 f"before, with no `.eval()` in between): dropout stays active and batch-norm running "
                 f"statistics are overwritten by evaluation data; call `{text}.eval()` before evaluating "

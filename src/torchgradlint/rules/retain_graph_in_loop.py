@@ -114,7 +114,7 @@ for x, y in chunks:
             if isinstance(verdict, Call):
                 step = optimizer_step(model, verdict)
                 opt = step.optimizer if step is not None and step.optimizer else "the optimizer"
-                yield Finding(call.node, (
+                yield Finding.from_text(call.node, (
                     f"the graph of {what} is retained for a later backward in the iteration, but `{opt}.step()` "
                     "updates weights that graph saved in between, so that backward uses stale saved tensors "
                     "(it raises \"modified by an inplace operation\"); run both backwards before the step, or "
@@ -136,7 +136,7 @@ for x, y in chunks:
                        "iteration uses it and the next iteration rebuilds it, so the saved tensors of every "
                        "iteration stay in memory until the next forward pass replaces them; drop "
                        "`retain_graph=True`")
-            yield Finding(call.node, msg)
+            yield Finding.from_text(call.node, msg)
 
 
 def _node_ids(model: FileModel, loop: Loop) -> frozenset[int]:
