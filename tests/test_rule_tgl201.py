@@ -475,3 +475,25 @@ for x in loader:
     with torch.no_grad():
         extra = noisy(x)
 """) == [7]
+
+
+def test_wrapper_keeps_the_wrapped_modules_eval_mode():
+    assert lines("""
+model.eval()
+model = nn.DataParallel(model)
+with torch.no_grad():
+    out = model(x_val)
+""") == []
+
+
+def test_own_submodule_under_no_grad_in_forward_follows_the_parent():
+    assert lines("""
+class Rev(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+    def forward(self, x):
+        with torch.no_grad():
+            y = self.f(x)
+        return y + x
+""") == []

@@ -543,6 +543,9 @@ def _constructions(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
     for a in model.bindings_of(text, scope):
         if a.kind not in ("assign", "annassign") or a.unpacked or constructor_kind(model, a.value) is None:
             continue
+        inner = unwrap(a.value)
+        if isinstance(inner, cst.Call) and (model.qualname(inner.func) or "") in _PASS_THROUGH:
+            continue  # ``DataParallel(model)``: a wrapper keeps the wrapped module's mode
         kind = TRAIN
         node = a.value
         while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
@@ -570,9 +573,14 @@ def _attribute_state(model: FileModel, scope: Scope, text: str) -> frozenset[str
     if info is None:
         return frozenset()
     kinds: set[str] = set()
+    zoo = False
     for method in info.methods.values():
         kinds |= set(_constructions(model, method, text).values())
-    if kinds != {TRAIN}:
+        zoo = zoo or any(a.kind in ("assign", "annassign") and constructor_kind(model, a.value) == "zoo"
+                         for a in model.bindings_of(text, method))
+    if kinds != {TRAIN} or not zoo:
+        # Only a pretrained backbone from a model zoo is evidence: a submodule
+        # of the class itself follows the mode its caller sets on the parent.
         return frozenset()
     attr = text.split(".", 1)[1]
     for call in model.calls:
