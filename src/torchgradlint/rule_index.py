@@ -10,6 +10,7 @@ select/ignore and prefilter decisions use it). ``registry.all_rules`` and
 RULES = (
     ('TGL001', 'missing-zero-grad', True, (('backward',), ('step',)), True, False),
     ('TGL002', 'backward-under-no-grad', True, (('backward', 'grad'), ('no_grad', 'inference_mode', 'set_grad_enabled')), False, False),
+    ('TGL005', 'grad-mode-leak', True, (('set_grad_enabled', '__enter__'),), False, False),
     ('TGL006', 'unregistered-submodule', True, (('__init__',),), False, False),
     ('TGL007', 'module-built-in-forward', True, (('forward',), ('Linear', 'Bilinear', 'Conv', 'Norm', 'Embedding', 'RNN', 'LSTM', 'GRU', 'Attention', 'Transformer', 'PReLU')), False, False),
     ('TGL101', 'loss-kept-with-graph', True, (('append', 'extend', 'insert', '+', '['),), False, True),
@@ -17,6 +18,7 @@ RULES = (
     ('TGL103', 'no-grad-not-entered', True, (('no_grad', 'inference_mode', 'enable_grad'),), False, False),
     ('TGL104', 'ctx-tensor-attribute', True, (('Function',), ('ctx', 'backward')), False, False),
     ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward'),), False, False),
+    ('TGL202', 'train-not-restored', True, (('eval', 'train('), ('backward', 'step')), False, False),
     ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'scaled_dot_product_attention'),), False, False),
     ('TGL303', 'softmax-into-ce-loss', True, (('softmax', 'Softmax', 'sigmoid', 'Sigmoid', 'expit'), ('cross_entropy', 'CrossEntropyLoss', 'nll_loss', 'NLLLoss', 'with_logits', 'WithLogits', 'log(', '.log()', 'log as')), False, False),
     ('TGL304', 'gradcheck-float32', True, (('gradcheck',),), False, False),

@@ -1,0 +1,306 @@
+"""TGL202 train-not-restored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+
+from ..analysis.model import Call, FileModel, GradMode, Loop, Scope, is_literal
+from ..analysis.modes import (
+    EVAL,
+    TRAIN,
+    TRAINED,
+    UNKNOWN,
+    ModeEvent,
+    events,
+    is_module_at,
+    map_into,
+    map_out,
+    mode_sensitive_at,
+    module_classes,
+)
+from ..analysis.steps import backward_call, foreign_framework_file, optimizer_step
+from ..analysis.torch_api import FORWARD_METHODS
+from ..registry import Finding, Rule
+
+_EXPLICIT = frozenset({EVAL, TRAIN, UNKNOWN})
+_HELPER_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where the module trains inside a loop: a backward/step call, or the call
+    of a same-file helper that trains it; ``restores`` when that helper puts the
+    module in training mode before it trains."""
+
+    call: Call
+    restores: bool
+
+
+def _switches_to_eval(call: Call) -> bool:
+    if call.method == "eval" and not call.node.args:
+        return True
+    return call.method == "train" and is_literal(call.arg(0, "mode"), False)
+
+
+def _eval_calls(model: FileModel, call: Call, callee: Scope, depth: int) -> Iterator[tuple[str, Call]]:
+    """``(caller-side module name, the eval call)`` for every ``M.eval()`` the
+    helper ``callee`` (called at ``call``) runs, through nested helpers."""
+    for d in model.calls_within(callee.order, callee.end):
+        if d.scope is not callee and model.enclosing_function(d.scope) is not callee:
+            continue
+        if _switches_to_eval(d) and d.receiver_text:
+            outer = map_out(model, call, callee, d.receiver_text)
+            if outer:
+                yield outer, d
+        elif depth < _HELPER_DEPTH:
+            for inner in model.resolve_callee(d):
+                if inner is callee or inner.contains(d.order):
+                    continue
+                for name, e in _eval_calls(model, d, inner, depth + 1):
+                    outer = map_out(model, call, callee, name)
+                    if outer:
+                        yield outer, e
+
+
+def _candidates(model: FileModel, loop: Loop) -> dict[str, list[tuple[Call, Call]]]:
+    """Modules put in eval mode inside ``loop`` (directly or by a helper it
+    calls), each with ``(call in the loop, the eval call it runs)`` pairs."""
+    out: dict[str, list[tuple[Call, Call]]] = {}
+    for c in model.calls_within(loop.order, loop.end):
+        if c.scope is not loop.scope:
+            continue
+        if _switches_to_eval(c) and c.receiver_text and c.receiver_text != "cls":
+            out.setdefault(c.receiver_text, []).append((c, c))
+            continue
+        for callee in model.resolve_callee(c):
+            if callee.contains(c.order):
+                continue
+            for name, e in _eval_calls(model, c, callee, 1):
+                out.setdefault(name, []).append((c, e))
+    return out
+
+
+def _is_module(model: FileModel, call: Call, text: str) -> bool:
+    if text == "self":
+        fn = model.enclosing_function(call.scope)
+        return fn is not None and fn.class_name in module_classes(model)
+    return is_module_at(model, call, text)
+
+
+def _runs(model: FileModel, loop: Loop, text: str) -> bool:
+    """Whether ``text``'s forward runs in ``loop`` with grad not disabled."""
+    forwards = {text, *(f"{text}.{m}" for m in FORWARD_METHODS)}
+    return any(c.func_text in forwards and model.grad_mode(c) is not GradMode.DISABLED
+               for c in model.calls_within(loop.order, loop.end) if c.scope is loop.scope)
+
+
+def _trains(model: FileModel, call: Call) -> bool:
+    b = backward_call(model, call)
+    return (b is not None and b.accumulates) or optimizer_step(model, call) is not None
+
+
+def _restores_first(evs: list[ModeEvent]) -> bool:
+    """Whether a helper's events put the module in training mode (or leave
+    its mode to a flag) before it first trains it."""
+    for e in evs:
+        if e.kind == TRAINED:
+            return False
+        if e.kind in (TRAIN, UNKNOWN):
+            return True
+    return False
+
+
+def _sites(model: FileModel, loop: Loop, text: str, evs: list[ModeEvent]) -> list[_Site]:
+    """Where ``text`` trains in ``loop``: direct ``TRAINED`` events, calls of
+    same-file helpers that train it, and direct training calls after an eval
+    (which ``events`` drops as deliberate)."""
+    out: dict[int, _Site] = {}
+    for e in evs:
+        callees = model.resolve_callee(e.call)
+        if not callees:
+            if e.kind == TRAINED:
+                out[id(e.call)] = _Site(e.call, False)
+            continue
+        for callee in callees:
+            inner = map_into(model, e.call, callee, text)
+            sub = events(model, callee, inner, 1) if inner else []
+            if any(x.kind == TRAINED for x in sub):
+                out[id(e.call)] = _Site(e.call, _restores_first(sub))
+                break
+    if _runs(model, loop, text):
+        for c in model.calls_within(loop.order, loop.end):
+            if c.scope is loop.scope and id(c) not in out and _trains(model, c) \
+                    and model.grad_mode(c) is not GradMode.DISABLED:
+                out[id(c)] = _Site(c, False)
+    return sorted(out.values(), key=lambda s: s.call.order)
+
+
+def _parts_managed(model: FileModel, loop: Loop, text: str) -> bool:
+    """The loop switches parts of the module back to training (``M.head.train()``):
+    the author manages the parts' modes."""
+    return any(c.method == "train" and (c.receiver_text or "").startswith(text + ".")
+               for c in model.calls_within(loop.order, loop.end))
+
+
+def _lightning(model: FileModel, scope: Scope) -> bool:
+    fn = model.enclosing_function(scope)
+    info = model.classes.get(fn.class_name) if fn is not None and fn.class_name else None
+    return info is not None and any("lightning" in b.lower() or b.endswith("Callback") for b in info.bases)
+
+
+class TrainNotRestored(Rule):
+    """``M.eval()`` inside a training loop (or a helper the loop calls) with no
+    ``M.train()`` before ``M`` trains again in a later iteration.
+
+    Rests on: ``torch.nn.Module.train`` / ``torch.nn.Module.eval`` ("This has
+    an effect only on certain modules ... Dropout, BatchNorm"; the mode stays
+    until changed) and ``torch.nn.BatchNorm2d`` (running statistics are
+    updated only in training mode).
+    """
+
+    code = "TGL202"
+    name = "train-not-restored"
+    summary = "`eval()` inside the training loop and no `train()` before the module trains again"
+    probe = "train-in-eval"
+    prefilter = (("eval", "train("), ("backward", "step"))
+    docs = """
+## What it does
+Checks for a loop that puts a module in eval mode (`M.eval()` or
+`M.train(False)`, in the loop body or in a same-file helper it calls, such
+as a `validate()` run every epoch) and trains the same module in a later
+iteration (a backward or an optimizer step after a forward through it, in
+the loop or in a training helper) with no `M.train()` in between. The
+finding points at the `eval()` call.
+
+It stays silent when `M.train()` runs at the top of the loop or of the
+training helper, when the evaluation helper switches back
+(`M.train()`, or `was_training = M.training ... M.train(was_training)`),
+when the eval is of another object (a fresh instance, a
+`copy.deepcopy(M)`), when the eval is after the loop, when the loop
+switches parts of the module back (`M.head.train()`), in PyTorch Lightning
+modules and callbacks (the trainer restores the mode), and for same-file
+modules without dropout or batch-norm layers (their mode changes nothing).
+
+## Why is this bad?
+A module is in training mode from construction until `eval()` and stays in
+eval mode until `train()`. When validation in the epoch loop calls
+`model.eval()` and `model.train()` is called only once before the loop,
+every epoch after the first trains in eval mode: dropout is off (no
+regularisation) and batch norm normalises with its frozen running
+statistics and stops updating them. Nothing fails; the model just trains
+differently from what was written (measured: 144 of 160 training forwards
+ran in eval mode, batch norm updated its statistics in 16 of 160 steps;
+hendrycks/ethics#5, simpletransformers#941, pytorch/tutorials#1624).
+
+## Example
+```python
+model.train()
+for epoch in range(epochs):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        val_loss = loss_fn(model(x_val), y_val).item()
+```
+
+## Use instead
+```python
+for epoch in range(epochs):
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        val_loss = loss_fn(model(x_val), y_val).item()
+```
+
+## References
+- [torch.nn.Module.train](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.train)
+- [torch.nn.Module.eval](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval)
+- [torch.nn.BatchNorm2d](https://pytorch.org/docs/stable/generated/torch.nn.BatchNorm2d.html) (running statistics)
+- [torch.nn.Dropout](https://pytorch.org/docs/stable/generated/torch.nn.Dropout.html)
+"""
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        if foreign_framework_file(model):
+            return
+        reported: set[int] = set()
+        for loop in model.loops:
+            if _lightning(model, loop.scope):
+                continue
+            for text, pairs in _candidates(model, loop).items():
+                at, first = pairs[0]
+                if not (_is_module(model, at, text) or is_module_at(model, first, first.receiver_text)) \
+                        or not mode_sensitive_at(model, at, text):
+                    continue
+                if _parts_managed(model, loop, text):
+                    continue
+                culprit = _leaked_eval(model, loop, text, pairs)
+                if culprit is None:
+                    continue
+                node = next((e.node for c, e in pairs if c is culprit), None)
+                if node is None or id(node) in reported:
+                    continue
+                reported.add(id(node))
+                yield Finding.from_text(node, (
+                    f"`{text}` is put in eval mode inside the training loop and trained again in the next "
+                    f"iteration with no `{text}.train()` in between: from then on dropout is off and batch-norm "
+                    f"running statistics stop updating; call `{text}.train()` at the top of the loop (or of the "
+                    "training helper), or switch back after evaluating"))
+
+
+def _helper_restores(model: FileModel, call: Call, eval_call: Call) -> bool:
+    """Whether, after ``eval_call``, the helper chain started at ``call``
+    switches the module back (a later ``.train(...)`` call in the helper or in
+    the function of the eval)."""
+    fn = model.enclosing_function(eval_call.scope)
+    spans = [(callee.order, callee.end) for callee in model.resolve_callee(call)]
+    if fn is not None:
+        spans.append((fn.order, fn.end))
+    return any(d.method == "train" and not _switches_to_eval(d) and d.order > eval_call.order
+               for lo, hi in spans for d in model.calls_within(lo, hi))
+
+
+def _leaked_eval(model: FileModel, loop: Loop, text: str, pairs: list[tuple[Call, Call]]) -> Optional[Call]:
+    """The call in the loop whose eval reaches a training site of ``text``
+    in the loop (a later iteration, or later in the same one), or ``None``."""
+    evs = [e for e in events(model, loop.scope, text) if loop.contains(e.order)]
+    seen = {id(e.call) for e in evs}
+    # helpers that ``events`` cannot map the module into (``validate(context)``
+    # evaluating ``context.model``): their eval counts unless they switch back
+    evs += [ModeEvent(c, EVAL) for c, e in pairs
+            if c is not e and id(c) not in seen and not _helper_restores(model, c, e)]
+    evs.sort(key=lambda e: e.order)
+    if not any(e.kind == EVAL for e in evs):
+        return None
+    sites = _sites(model, loop, text, evs)
+    if not sites:
+        return None
+    restoring = {id(s.call) for s in sites if s.restores}
+    states = sorted([e for e in evs if e.kind in _EXPLICIT] +
+                    [ModeEvent(s.call, TRAIN) for s in sites if s.restores], key=lambda e: e.order)
+    for site in sites:
+        if site.restores:
+            continue
+        before = [e for e in states if e.order < site.call.order]
+        state = before[-1] if before else None
+        if state is None:
+            after = [e for e in states if e.order >= site.call.order and id(e.call) not in restoring]
+            state = after[-1] if after else None
+        if state is not None and state.kind == EVAL and not _alternative(model, state, states):
+            return state.call
+    return None
+
+
+def _alternative(model: FileModel, state: ModeEvent, states: list[ModeEvent]) -> bool:
+    """Whether the eval is one branch of a choice whose other branch sets
+    another mode (``model.train() if phase == "train" else model.eval()``, or
+    ``if``/``else`` statements): the mode depends on the condition."""
+    return any(e.kind != EVAL and (e.call.statement is state.call.statement or model.exclusive(e.call, state.call))
+               for e in states)
