@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 
+from ..analysis.mode_layer_facts import class_has_mode_layers, factory_class
 from ..analysis.model import Call, FileModel, GradMode, Loop, Scope, is_literal
 from ..analysis.modes import (
     EVAL,
@@ -19,8 +20,10 @@ from ..analysis.modes import (
     map_out,
     mode_sensitive_at,
     module_classes,
+    unwrap,
 )
-from ..analysis.steps import backward_call, foreign_framework_file, optimizer_step
+from ..analysis.names import dotted_name
+from ..analysis.steps import foreign_framework_file
 from ..analysis.torch_api import FORWARD_METHODS
 from ..registry import Finding, Rule
 
@@ -89,16 +92,24 @@ def _is_module(model: FileModel, call: Call, text: str) -> bool:
     return is_module_at(model, call, text)
 
 
-def _runs(model: FileModel, loop: Loop, text: str) -> bool:
-    """Whether ``text``'s forward runs in ``loop`` with grad not disabled."""
-    forwards = {text, *(f"{text}.{m}" for m in FORWARD_METHODS)}
-    return any(c.func_text in forwards and model.grad_mode(c) is not GradMode.DISABLED
-               for c in model.calls_within(loop.order, loop.end) if c.scope is loop.scope)
+def _names(model: FileModel, scope: Scope, text: str) -> set[str]:
+    """``text`` and the names ``scope`` binds to exactly it (``model = context.model``)."""
+    return {text} | {t.text for a in model.assigns_in_scope(scope) if a.kind == "assign" and not a.unpacked
+                     and dotted_name(a.value) == text for t in a.targets if t.text}
 
 
-def _trains(model: FileModel, call: Call) -> bool:
-    b = backward_call(model, call)
-    return (b is not None and b.accumulates) or optimizer_step(model, call) is not None
+def _forward_before(model: FileModel, loop: Loop, names: set[str], order: int) -> bool:
+    """Whether a forward of the module (any of ``names``) runs in ``loop``
+    before ``order`` with grad not disabled: the module is called, or handed
+    to a function that may call it (``compute_loss(model, batch)``)."""
+    forwards = names | {f"{n}.{m}" for n in names for m in FORWARD_METHODS}
+    for c in model.calls_within(loop.order, order - 1):
+        if c.scope is not loop.scope or model.grad_mode(c) is GradMode.DISABLED:
+            continue
+        if c.func_text in forwards or (c.method not in ("eval", "train", "to", "parameters", "state_dict")
+                                       and any(dotted_name(a.value) in names for a in c.node.args)):
+            return True
+    return False
 
 
 def _restores_first(evs: list[ModeEvent]) -> bool:
@@ -113,27 +124,24 @@ def _restores_first(evs: list[ModeEvent]) -> bool:
 
 
 def _sites(model: FileModel, loop: Loop, text: str, evs: list[ModeEvent]) -> list[_Site]:
-    """Where ``text`` trains in ``loop``: direct ``TRAINED`` events, calls of
-    same-file helpers that train it, and direct training calls after an eval
-    (which ``events`` drops as deliberate)."""
+    """Where ``text`` trains in ``loop``: ``TRAINED`` events after a forward
+    of the module in the loop, and calls of same-file helpers that train it."""
     out: dict[int, _Site] = {}
+    names = _names(model, loop.scope, text)
     for e in evs:
         callees = model.resolve_callee(e.call)
         if not callees:
-            if e.kind == TRAINED:
+            if e.kind == TRAINED and _forward_before(model, loop, names, e.order):
                 out[id(e.call)] = _Site(e.call, False)
             continue
         for callee in callees:
             inner = map_into(model, e.call, callee, text)
             sub = events(model, callee, inner, 1) if inner else []
             if any(x.kind == TRAINED for x in sub):
+                sub = sorted(sub + _indirect_switches(model, callee, callee.order, callee.end, inner),
+                             key=lambda x: x.order)
                 out[id(e.call)] = _Site(e.call, _restores_first(sub))
                 break
-    if _runs(model, loop, text):
-        for c in model.calls_within(loop.order, loop.end):
-            if c.scope is loop.scope and id(c) not in out and _trains(model, c) \
-                    and model.grad_mode(c) is not GradMode.DISABLED:
-                out[id(c)] = _Site(c, False)
     return sorted(out.values(), key=lambda s: s.call.order)
 
 
@@ -142,6 +150,13 @@ def _parts_managed(model: FileModel, loop: Loop, text: str) -> bool:
     the author manages the parts' modes."""
     return any(c.method == "train" and (c.receiver_text or "").startswith(text + ".")
                for c in model.calls_within(loop.order, loop.end))
+
+
+def _built_without_mode_layers(model: FileModel, scope: Scope, text: str) -> bool:
+    """The module comes out of a same-file factory that builds a same-file
+    class with no dropout or batch norm (``benchmark, model = make_parts()``)."""
+    cls = factory_class(model, scope, text)
+    return cls is not None and not class_has_mode_layers(model, cls)
 
 
 def _lightning(model: FileModel, scope: Scope) -> bool:
@@ -239,7 +254,7 @@ for epoch in range(epochs):
                 if not (_is_module(model, at, text) or is_module_at(model, first, first.receiver_text)) \
                         or not mode_sensitive_at(model, at, text):
                     continue
-                if _parts_managed(model, loop, text):
+                if _parts_managed(model, loop, text) or _built_without_mode_layers(model, loop.scope, text):
                     continue
                 culprit = _leaked_eval(model, loop, text, pairs)
                 if culprit is None:
@@ -283,19 +298,41 @@ def _leaked_eval(model: FileModel, loop: Loop, text: str, pairs: list[tuple[Call
     if not sites:
         return None
     restoring = {id(s.call) for s in sites if s.restores}
-    states = sorted([e for e in evs if e.kind in _EXPLICIT] +
+    states = sorted([e for e in evs if e.kind in _EXPLICIT] + _indirect_switches(model, loop.scope, loop.order, loop.end, text) +
                     [ModeEvent(s.call, TRAIN) for s in sites if s.restores], key=lambda e: e.order)
+    rebound = [a.order for a in model.bindings_of(text.split(".")[0], loop.scope) if loop.contains(a.order)]
     for site in sites:
-        if site.restores:
-            continue
-        before = [e for e in states if e.order < site.call.order]
-        state = before[-1] if before else None
-        if state is None:
-            after = [e for e in states if e.order >= site.call.order and id(e.call) not in restoring]
-            state = after[-1] if after else None
+        if site.restores or any(order < site.call.order for order in rebound):
+            continue  # a fresh module every iteration, or a helper that switches back first
+        if any(e.order < site.call.order for e in states):
+            continue  # the iteration sets the mode itself before training (an eval there is deliberate)
+        # the mode at the site is what the previous iteration left: its last switch
+        after = [e for e in states if e.order >= site.call.order and id(e.call) not in restoring]
+        state = after[-1] if after else None
         if state is not None and state.kind == EVAL and not _alternative(model, state, states):
             return state.call
     return None
+
+
+def _indirect_switches(model: FileModel, scope: Scope, order: int, end: int, text: str) -> list[ModeEvent]:
+    """Switches of ``text`` in ``[order, end]`` of ``scope`` that ``events``
+    does not see: ``M.to(device).train()`` (a chained
+    receiver), and ``M.meth()`` where a same-file class's method ``meth``
+    calls ``self....train(...)`` (``train_custom()`` training the head):
+    a ``TRAIN`` and an ``UNKNOWN`` event."""
+    out: list[ModeEvent] = []
+    switching = {name for info in model.classes.values() for name, m in info.methods.items()
+                 if any(d.method == "train" and (d.receiver_text or "").startswith("self")
+                        for d in model.calls_within(m.order, m.end))}
+    for c in model.calls_within(order, end):
+        if c.scope is not scope or c.receiver is None:
+            continue
+        if c.method == "train" and c.receiver_text is None and not _switches_to_eval(c) \
+                and dotted_name(unwrap(c.receiver)) == text:
+            out.append(ModeEvent(c, TRAIN))
+        elif c.receiver_text == text and c.method in switching and c.method != "train":
+            out.append(ModeEvent(c, UNKNOWN))
+    return out
 
 
 def _alternative(model: FileModel, state: ModeEvent, states: list[ModeEvent]) -> bool:
