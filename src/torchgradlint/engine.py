@@ -23,6 +23,7 @@ from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_fil
 from .limits import DEFAULT_BUDGET, Budget, size_diagnostic
 from .lines import bytes_readline, split_lines
 from .noqa import NoqaFilter
+from .cells import foreign_spans, in_spans
 from .notebook import is_notebook, map_to_cells, read_notebook
 from .prefilter import candidate_rules
 from .registry import Rule
@@ -232,6 +233,9 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
         diags = _diagnostics(module, indents.text if indents else source, path, active)
     except RecursionError:  # a rule or position pass that recurses per nesting level
         return LintResult([_too_deep(path, "analysed")], True)
+    if diags and "%%" in source:
+        spans = foreign_spans(source)  # cells written for another framework
+        diags = [d for d in diags if not in_spans(d.line, spans)]
     if not diags:
         return LintResult([], True)
     if indents is not None:

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
+from .cells import foreign_cell
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, LintResult
 from .lines import split_lines
 
@@ -107,11 +108,15 @@ class JoinedSource:
 
 
 def join_cells(cells: Sequence[str]) -> JoinedSource:
-    """Join code cells into one program with magics neutralised."""
+    """Join code cells into one program with magics neutralised and the cells
+    of another framework (:mod:`torchgradlint.cells`) blanked."""
     lines: list[str] = []
     origin: list[tuple[int, int]] = []
     for n, cell in enumerate(cells, start=1):
-        for i, line in enumerate(_python_lines(cell), start=1):
+        cell_lines = _python_lines(cell)
+        if foreign_cell(cell_lines):  # another framework's cell: kept as blank lines
+            cell_lines = [""] * len(cell_lines)
+        for i, line in enumerate(cell_lines, start=1):
             lines.append(line)
             origin.append((n, i))
     return JoinedSource("".join(line + "\n" for line in lines), origin)

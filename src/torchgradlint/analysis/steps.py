@@ -14,7 +14,8 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Assign, Call, FileModel, Scope, is_literal
+from ..cells import FOREIGN_FRAMEWORKS
+from .model import Assign, Call, FileModel, Loop, Scope, is_literal, names_in
 from .names import dotted_name
 
 # Receivers whose ``.backward(loss)`` backpropagates its argument.
@@ -69,6 +70,10 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
         return Backward(call, call.arg(0, "outputs"), accumulates=False)
     if qn == "torch.autograd.backward":
         return Backward(call, call.arg(0, "tensors"), accumulates=True)
+    if qn == "torch.distributed.autograd.backward":
+        # ``dist_autograd.backward(context_id, roots)``: gradients go into the
+        # distributed autograd context, never into ``.grad``.
+        return Backward(call, call.arg(1, "roots"), accumulates=False)
     if call.method == "manual_backward" and call.receiver is not None:
         return Backward(call, call.arg(0), accumulates=True)
     if call.method != "backward" or call.receiver is None:
@@ -76,7 +81,7 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
     recv = call.receiver_text
     if recv is not None and _ENGINE_RECEIVER.search(recv) and call.arg(0) is not None:
         return Backward(call, call.arg(0, "loss"), accumulates=True)
-    if recv is not None and model.names.qualify(recv) in ("torch", "torch.autograd"):
+    if recv is not None and model.names.qualify(recv) in ("torch", "torch.autograd", "torch.distributed.autograd"):
         return None
     return Backward(call, call.receiver, accumulates=True)
 
@@ -208,8 +213,6 @@ def is_true(node: Optional[cst.BaseExpression]) -> bool:
     return is_literal(node, True)
 
 
-_FOREIGN_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "keras", "jax", "flax", "paddle", "mindspore", "oneflow",
-                                 "chainer"})
 
 
 def foreign_framework_file(model: FileModel) -> bool:
@@ -219,7 +222,7 @@ def foreign_framework_file(model: FileModel) -> bool:
     gradients by default), so torch rules stay silent."""
     if model.names.imports_torch:
         return False
-    return any(v.split(".")[0] in _FOREIGN_FRAMEWORKS for v in model.names.aliases.values())
+    return any(v.split(".")[0] in FOREIGN_FRAMEWORKS for v in model.names.aliases.values())
 
 
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
@@ -285,3 +288,74 @@ def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str]) -
         return reset.target == optimizer
     owner = optimizer_owner(model, optimizer)
     return owner is None or covers(owner, reset.module)
+
+
+# Methods that return their receiver (the same module or the same leaf
+# tensor), so the result is only as new as the receiver.
+_SAME_OBJECT_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval",
+                                  "requires_grad_", "share_memory", "to_empty", "type"})
+
+
+def fresh_in_loop(model: FileModel, text: Optional[str], at: Call, loop: Loop, depth: int = 0) -> bool:
+    """Whether ``text`` (an optimizer, a module or a leaf tensor) is a new
+    object in every iteration of ``loop`` where ``at`` runs: bound inside
+    the loop, before ``at``, by a call that builds a new object
+    (``nn.Linear(...)``, ``x.detach().clone()``, ``build_model(cfg)``), and,
+    for a ``torch.optim`` constructor, over parameters that are themselves
+    new in the iteration (``SGD(model.parameters())`` with ``model`` built
+    in the loop). Gradients of such objects start at ``None`` in every
+    iteration, so nothing can go stale across iterations.
+
+    A method that returns its receiver (``model.to(device)``) is as new as
+    its receiver; an attribute (``self.model``) or a parameter is not new.
+    """
+    if not text or depth > 4:
+        return False
+    binding = model.reaching_binding(text, at)
+    if binding is None or binding.kind not in ("assign", "annassign") or binding.unpacked \
+            or not loop.contains(binding.order) or binding.order > at.order:
+        return False
+    return _fresh_value(model, text, binding.value, at, loop, depth)
+
+
+def _fresh_value(model: FileModel, text: str, value: Optional[cst.BaseExpression], at: Call, loop: Loop,
+                 depth: int) -> bool:
+    """:func:`fresh_in_loop` for the expression ``value`` bound to ``text``."""
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _SAME_OBJECT_METHODS:
+        receiver = func.value
+        if isinstance(receiver, cst.Call):
+            return _fresh_value(model, text, receiver, at, loop, depth + 1)
+        return fresh_in_loop(model, dotted_name(receiver), at, loop, depth + 1)
+    qn = model.qualname(func) or ""
+    if qn.startswith("torch.optim.") or _looks_like_optimizer(text):
+        params = value.args[0].value if value.args else None
+        if params is None:
+            return False
+        roots = {n.split(".", 1)[0] for n in names_in(params)}
+        bound = [r for r in roots if model.bindings_of(r, at.scope)]
+        return bool(bound) and all(fresh_in_loop(model, r, at, loop, depth + 1) for r in bound)
+    return True
+
+
+def closure_functions(model: FileModel, closure: Optional[cst.BaseExpression], at: Call,
+                      depth: int = 0) -> list[Scope]:
+    """The same-file functions an optimizer-step closure runs: the function
+    it names, or the one wrapped by ``functools.partial(fn, ...)`` (directly
+    or through a name bound to it before ``at``)."""
+    if closure is None or depth > 3:
+        return []
+    if isinstance(closure, cst.Call):
+        if (model.qualname(closure.func) or "") == "functools.partial" and closure.args:
+            return closure_functions(model, closure.args[0].value, at, depth + 1)
+        return []
+    text = dotted_name(closure)
+    if not text:
+        return []
+    found = list(model.functions.get(text, []))
+    binding = model.reaching_binding(text, at)
+    if binding is not None and binding.kind == "assign" and not binding.unpacked and binding.value is not None:
+        found += closure_functions(model, binding.value, at, depth + 1)
+    return found
