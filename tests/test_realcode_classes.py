@@ -226,3 +226,37 @@ def test_notebook_mxnet_cells_are_not_linted():
           "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
     result = lint_data(json.dumps(nb).encode(), "x.ipynb", RULES)
     assert [(d.code, d.cell, d.line) for d in result.diagnostics] == [("TGL001", 4, 6)]
+
+
+# -- C: no-grad work that is part of training ------------------------------------------------------
+PPO = """
+    import torch
+    from torch import nn
+
+    def train(agent, optimizer, data):
+        loss = agent(data["obs"]).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    agent = nn.Sequential(nn.Linear(4, 64), nn.Dropout(0.1), nn.Linear(64, 2))
+    optimizer = torch.optim.Adam(agent.parameters())
+    obs = torch.zeros(128, 4)
+    values = torch.zeros(128)
+    for update in range(100):
+        for step in range(128):
+            with torch.no_grad():
+                value = agent(next_obs)
+                values[step] = value.flatten()
+        data = {{"obs": obs, "values": values}}
+        train(agent, optimizer, data)
+    """
+
+
+def test_rollout_stored_in_a_buffer_a_helper_trains_on_is_silent():
+    assert codes(PPO.format()) == []
+
+
+def test_no_grad_forward_whose_result_nothing_trains_on_fires():
+    src = PPO.format().replace('data = {"obs": obs, "values": values}', 'data = {"obs": obs}')
+    assert codes(src) == [("TGL201", 18)]
