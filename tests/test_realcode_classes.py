@@ -260,3 +260,17 @@ def test_rollout_stored_in_a_buffer_a_helper_trains_on_is_silent():
 def test_no_grad_forward_whose_result_nothing_trains_on_fires():
     src = PPO.format().replace('data = {"obs": obs, "values": values}', 'data = {"obs": obs}')
     assert codes(src) == [("TGL201", 18)]
+
+
+# -- notebooks: one unparsable cell ----------------------------------------------------------------
+def test_notebook_with_an_unparsable_exercise_cell_lints_the_other_cells():
+    import json
+
+    cells = ["import torch\n", "def exercise():\n    # TODO: your code here\n",
+             "for x, y in loader:\n    loss = crit(model(x), y)\n    loss.backward()\n    optimizer.step()\n"]
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells],
+          "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    result = lint_data(json.dumps(nb).encode(), "x.ipynb", RULES)
+    found = [(d.code, d.cell, d.line) for d in result.diagnostics]
+    assert found == [("TGL000", 2, 2), ("TGL001", 3, 4)]
+    assert "cell 2 could not be parsed" in result.diagnostics[0].message
