@@ -274,3 +274,37 @@ def test_notebook_with_an_unparsable_exercise_cell_lints_the_other_cells():
     found = [(d.code, d.cell, d.line) for d in result.diagnostics]
     assert found == [("TGL000", 2, 2), ("TGL001", 3, 4)]
     assert "cell 2 could not be parsed" in result.diagnostics[0].message
+
+
+# -- I: optimizers sharing parameters (Lightning's configure_optimizers) ---------------------------
+LIGHTNING_TWO_OPTIMIZERS = """
+    import torch
+    from lightning.pytorch import LightningModule
+
+    class M(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.gen = torch.nn.Linear(32, 2)
+            self.disc = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            opt_a, opt_b = self.optimizers()
+            self.manual_backward(self.disc(self.gen(batch)).sum())
+            opt_a.step()
+            self.manual_backward(self.disc(self.gen(batch)).sum())
+            opt_b.step()
+            opt_b.zero_grad()
+
+        def configure_optimizers(self):
+            return (torch.optim.SGD(self.{a}.parameters(), lr=0.1),
+                    torch.optim.SGD(self.{b}.parameters(), lr=0.1))
+    """
+
+
+def test_reset_of_an_optimizer_over_the_same_parameters_covers_the_other():
+    assert codes(LIGHTNING_TWO_OPTIMIZERS.format(a="gen", b="gen")) == []
+
+
+def test_reset_of_an_optimizer_over_other_parameters_does_not_cover():
+    assert codes(LIGHTNING_TWO_OPTIMIZERS.format(a="gen", b="disc")) == [("TGL001", 14)]

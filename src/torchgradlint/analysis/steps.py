@@ -236,22 +236,53 @@ def optimizer_modules(model: FileModel, optimizer: Optional[str]) -> Optional[fr
     if not optimizer:
         return None
     binding = optimizer_constructors(model).get(optimizer)
-    if binding is None or not isinstance(binding.value, cst.Call) or not binding.value.args:
+    if binding is None or not isinstance(binding.value, cst.Call):
         return None
-    first = binding.value.args[0].value
-    found: set[str] = set()
-    for call in model.calls_within(binding.order, binding.order + 10**9):
-        if call.order > binding.order and call.statement is not binding.statement:
-            break
-        if call.method in _PARAMETER_METHODS and call.receiver_text and _inside(call.node, first):
-            found.add(call.receiver_text)
+    return _constructor_modules(model, binding.value)
+
+
+def _constructor_modules(model: FileModel, ctor: cst.Call) -> Optional[frozenset[str]]:
+    """The ``.parameters()`` receivers in an optimizer constructor's first argument."""
+    if not ctor.args:
+        return None
+    from .tree import walk
+
+    inside = {id(n) for n in walk(ctor.args[0].value) if isinstance(n, cst.Call)}
+    found = {c.receiver_text for c in model.calls
+             if id(c.node) in inside and c.method in _PARAMETER_METHODS and c.receiver_text}
     return frozenset(found) or None
 
 
-def _inside(node: cst.CSTNode, root: cst.CSTNode) -> bool:
-    from .tree import walk
-
-    return any(n is node for n in walk(root))
+def configured_optimizer_modules(model: FileModel, optimizer: Optional[str], at: Call) -> Optional[frozenset[str]]:
+    """For Lightning's ``opt_a, opt_b = self.optimizers()`` in a
+    ``LightningModule`` method: the modules whose parameters the matching
+    optimizer (same position) returned by the class's own
+    ``configure_optimizers`` updates; ``None`` when the file does not show it."""
+    if not optimizer:
+        return None
+    binding = model.reaching_binding(optimizer, at)
+    if binding is None or not isinstance(binding.value, cst.Call) or dotted_name(binding.value.func) != "self.optimizers":
+        return None
+    target = binding.node.targets[0].target if isinstance(binding.node, cst.Assign) else None
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    names = [dotted_name(e.value) for e in target.elements]
+    fn = model.enclosing_function(at.scope)
+    info = model.classes.get(fn.class_name or "") if fn is not None else None
+    configure = info.methods.get("configure_optimizers") if info is not None else None
+    if configure is None or optimizer not in names:
+        return None
+    index = names.index(optimizer)
+    for ret in model.returns_of(configure):
+        if not isinstance(ret.value, (cst.Tuple, cst.List)) or len(ret.value.elements) != len(names):
+            continue
+        element = ret.value.elements[index].value
+        if isinstance(element, cst.Name):
+            bound = model.reaching_binding(element.value, ret)
+            element = bound.value if bound is not None else None
+        if isinstance(element, cst.Call) and (model.qualname(element.func) or "").startswith("torch.optim."):
+            return _constructor_modules(model, element)
+    return None
 
 
 def covers(modules: frozenset[str], callee: Optional[str]) -> bool:
@@ -277,15 +308,23 @@ def optimizer_owner(model: FileModel, optimizer: Optional[str]) -> Optional[froz
     return None
 
 
-def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str]) -> bool:
+def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str], at: Optional[Call] = None) -> bool:
     """Whether ``reset`` clears the gradients that the optimizer steps:
-    a reset of unknown reach covers any; ``opt.zero_grad()`` covers ``opt``;
+    a reset of unknown reach covers any; ``opt.zero_grad()`` covers ``opt``,
+    and another optimizer the file shows shares modules with it (two
+    optimizers over ``self.layer.parameters()``, seen from the step ``at``);
     ``M.zero_grad()`` covers an optimizer unless the file shows that
     optimizer updates other modules."""
     if reset.target is None and reset.module is None:
         return True
     if reset.target is not None:
-        return reset.target == optimizer
+        if reset.target == optimizer:
+            return True
+        if at is None:
+            return False
+        mine = configured_optimizer_modules(model, optimizer, at) or optimizer_modules(model, optimizer)
+        theirs = configured_optimizer_modules(model, reset.target, at) or optimizer_modules(model, reset.target)
+        return bool(mine and theirs and any(covers(mine, m) for m in theirs))
     owner = optimizer_owner(model, optimizer)
     return owner is None or covers(owner, reset.module)
 

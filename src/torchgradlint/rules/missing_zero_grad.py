@@ -104,7 +104,7 @@ for x, y in loader:
             stepped = _canonical(model, site.step.optimizer, site.step.call)
             if resets and (not is_optimizer(model, site.step.optimizer) or any(
                     reset_covers(model, GradReset(r.order, _canonical(model, r.target, r.fact), r.fact, r.module),
-                                 stepped) for r in resets)):
+                                 stepped, site.step.call) for r in resets)):
                 # A reset silences the step unless the stepped optimizer is
                 # provably another one (or another module's).
                 continue
