@@ -308,3 +308,20 @@ def test_reset_of_an_optimizer_over_the_same_parameters_covers_the_other():
 
 def test_reset_of_an_optimizer_over_other_parameters_does_not_cover():
     assert codes(LIGHTNING_TWO_OPTIMIZERS.format(a="gen", b="disc")) == [("TGL001", 14)]
+
+
+def test_objects_built_and_wrapped_in_each_iteration_need_no_reset():
+    src = """
+        import torch
+        from torch.optim import SGD
+        {outside}
+        for cfg in configs:
+            {inside}
+            optim = OptimWrapper(SGD(model.parameters(), lr=0.1))
+            model, optim = strategy.prepare(model=model, optim_wrapper=optim)
+            loss = model(data)
+            loss.backward()
+            optim.step()
+        """
+    assert codes(src.format(outside="", inside="model = ToyModel()")) == []
+    assert codes(src.format(outside="model = ToyModel()", inside="pass")) == [("TGL001", 11)]
