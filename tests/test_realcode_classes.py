@@ -325,3 +325,33 @@ def test_objects_built_and_wrapped_in_each_iteration_need_no_reset():
         """
     assert codes(src.format(outside="", inside="model = ToyModel()")) == []
     assert codes(src.format(outside="model = ToyModel()", inside="pass")) == [("TGL001", 11)]
+
+
+# -- F: library models with no mode-dependent layers -----------------------------------------------
+VAE = """
+    import torch
+    from diffusers import AutoencoderKL
+
+    def log_validation(vae, images):
+        with torch.no_grad():
+            return [vae(x).sample for x in images]
+
+    vae = AutoencoderKL.{ctor}
+    optimizer = torch.optim.AdamW(vae.parameters())
+    vae.train()
+    for x in loader:
+        loss = vae(x).sample.pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        log_validation(vae, [x])
+    """
+
+
+def test_diffusers_vae_has_no_mode_dependent_layers():
+    assert codes(VAE.format(ctor='from_pretrained("sd-vae")')) == []
+    assert codes(VAE.format(ctor="from_config(config)")) == []
+
+
+def test_diffusers_vae_built_with_dropout_is_mode_sensitive():
+    assert codes(VAE.format(ctor="from_config(config, dropout=0.1)")) == [("TGL201", 7)]

@@ -39,6 +39,7 @@ import libcst as cst
 from .model import Call, FileModel, GradMode, Scope, is_literal
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
+from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
 
 EVAL = "eval"
 TRAIN = "train"
@@ -57,12 +58,10 @@ _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 _PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                            "torch.nn.parallel.DistributedDataParallel", "torch.jit.script"})
-# Layers whose forward depends on ``training``.
 # Names that hold a module by convention (``model``, ``net``, ``self.encoder``...).
 MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
     r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
-_MODE_LAYER = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
 # Source tokens that make a class's forward depend on ``training``.
 _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|\bdropout|batch_norm|"
                           r"\.training\b|track_running_stats")
@@ -232,7 +231,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
     qn = model.qualname(node.func) or ""
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn."):
-        if _MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
+        if MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
                                            and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                                            for a in node.args):
             return True
@@ -246,6 +245,10 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
         return False
     if "." not in qn and last in model.classes:
         return _class_sensitive(model, last, set())
+    cls = qn.rsplit(".", 1)[0] if last in CLASS_FACTORIES else qn
+    if cls in MODE_FREE_LIBRARY_CLASSES:
+        return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
+                   for a in node.args)
     return True
 
 
