@@ -355,3 +355,32 @@ def test_diffusers_vae_has_no_mode_dependent_layers():
 
 def test_diffusers_vae_built_with_dropout_is_mode_sensitive():
     assert codes(VAE.format(ctor="from_config(config, dropout=0.1)")) == [("TGL201", 7)]
+
+
+SAMPLERS = """
+    import torch
+    from torch import nn
+
+    class StratifiedSampler(nn.Module):
+        def sample(self, t0, t1, n):
+            return torch.linspace(0, 1, n) * (t1 - t0) + t0
+
+    class Renderer(nn.Module):
+        def render(self, rays, sampler, n):
+            ts = sampler.sample(rays[0], rays[1], n)
+            return ts, make_fine_sampler(ts)
+
+        @torch.no_grad()
+        def decode(self, rays):
+            coarse = {coarse}
+            _, fine = self.render(rays, coarse, 64)
+            return self.render(rays, fine, 128)
+    """
+
+
+def test_fresh_mode_free_module_from_one_caller_and_unknown_from_another_is_silent():
+    assert codes(SAMPLERS.format(coarse="StratifiedSampler()")) == []
+
+
+def test_fresh_mode_sensitive_module_passed_by_a_caller_fires():
+    assert codes(SAMPLERS.format(coarse="nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))")) == [("TGL201", 11)]

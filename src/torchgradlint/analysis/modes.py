@@ -638,6 +638,26 @@ def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
     return mode_sensitive(model, text)
 
 
+def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether module ``text`` may be in training mode at ``call`` *and* may
+    depend on that mode, judged together for each same-file caller when
+    ``text`` is a parameter the function does not switch itself: a
+    freshly built mode-free module from one caller and a module of unknown
+    origin and unknown mode from another are no evidence of a
+    mode-sensitive module in training mode."""
+    if not may_be_training(model, call, text) or not mode_sensitive_at(model, call, text):
+        return False
+    fn = model.enclosing_function(call.scope)
+    if fn is None or text.split(".")[0] not in fn.params \
+            or any(e.order < call.order for e in events(model, call.scope, text)):
+        return True
+    callers = model.callers_of(fn)
+    pairs = [(site, o) for site in callers if (o := map_out(model, site, fn, text))]
+    if not pairs:
+        return True
+    return any(modes_at(model, site, o) & TRAINING_KINDS and mode_sensitive_at(model, site, o) for site, o in pairs)
+
+
 def recalibrates_statistics(model: FileModel, call: Call) -> bool:
     """Whether a module call under no_grad looks like a deliberate batch-norm
     statistics pass (``torch.optim.swa_utils.update_bn`` written by hand):
