@@ -39,6 +39,7 @@ import libcst as cst
 from .model import Call, FileModel, GradMode, Scope, is_literal
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
+from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
 
 EVAL = "eval"
 TRAIN = "train"
@@ -57,12 +58,10 @@ _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 _PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                            "torch.nn.parallel.DistributedDataParallel", "torch.jit.script"})
-# Layers whose forward depends on ``training``.
 # Names that hold a module by convention (``model``, ``net``, ``self.encoder``...).
 MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
     r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
-_MODE_LAYER = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
 # Source tokens that make a class's forward depend on ``training``.
 _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|\bdropout|batch_norm|"
                           r"\.training\b|track_running_stats")
@@ -232,7 +231,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
     qn = model.qualname(node.func) or ""
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn."):
-        if _MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
+        if MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
                                            and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                                            for a in node.args):
             return True
@@ -246,6 +245,10 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
         return False
     if "." not in qn and last in model.classes:
         return _class_sensitive(model, last, set())
+    cls = qn.rsplit(".", 1)[0] if last in CLASS_FACTORIES else qn
+    if cls in MODE_FREE_LIBRARY_CLASSES:
+        return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
+                   for a in node.args)
     return True
 
 
@@ -633,6 +636,26 @@ def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
     if outer and not has_ctor:
         return any(mode_sensitive(model, o) for o in outer)
     return mode_sensitive(model, text)
+
+
+def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether module ``text`` may be in training mode at ``call`` *and* may
+    depend on that mode, judged together for each same-file caller when
+    ``text`` is a parameter the function does not switch itself: a
+    freshly built mode-free module from one caller and a module of unknown
+    origin and unknown mode from another are no evidence of a
+    mode-sensitive module in training mode."""
+    if not may_be_training(model, call, text) or not mode_sensitive_at(model, call, text):
+        return False
+    fn = model.enclosing_function(call.scope)
+    if fn is None or text.split(".")[0] not in fn.params \
+            or any(e.order < call.order for e in events(model, call.scope, text)):
+        return True
+    callers = model.callers_of(fn)
+    pairs = [(site, o) for site in callers if (o := map_out(model, site, fn, text))]
+    if not pairs:
+        return True
+    return any(modes_at(model, site, o) & TRAINING_KINDS and mode_sensitive_at(model, site, o) for site, o in pairs)
 
 
 def recalibrates_statistics(model: FileModel, call: Call) -> bool:

@@ -9,10 +9,10 @@ from ..analysis.modes import (
     TRAINED,
     events,
     is_module_at,
-    may_be_training,
     modes_at,
     mode_sensitive_at,
     recalibrates_statistics,
+    trains_sensitive_module_at,
 )
 from ..analysis.steps import optimizer_step
 from ..analysis.torch_api import FORWARD_METHODS
@@ -140,7 +140,7 @@ for epoch in range(epochs):
             key = (id(region) if region is not None else id(call.scope), text)
             if key in reported:
                 continue
-            if not may_be_training(model, call, text) or not mode_sensitive_at(model, call, text):
+            if not trains_sensitive_module_at(model, call, text):
                 continue
             if recalibrates_statistics(model, call):
                 continue  # a hand-written update_bn pass: training mode on purpose
