@@ -194,9 +194,13 @@ training helper, when the evaluation helper switches back
 (`M.train()`, or `was_training = M.training ... M.train(was_training)`),
 when the eval is of another object (a fresh instance, a
 `copy.deepcopy(M)`), when the eval is after the loop, when the loop
-switches parts of the module back (`M.head.train()`), in PyTorch Lightning
-modules and callbacks (the trainer restores the mode), and for same-file
-modules without dropout or batch-norm layers (their mode changes nothing).
+switches parts of the module back (`M.head.train()` or a same-file method
+that calls `self.<part>.train()`), when the module is rebuilt in the loop,
+when the iteration itself puts the module in eval mode before training it
+(GAN phases, gradient checks in eval mode: a choice every iteration makes),
+in PyTorch Lightning modules and callbacks (the trainer restores the mode),
+and for same-file modules without dropout or batch-norm layers, including
+those a same-file factory returns (their mode changes nothing).
 
 ## Why is this bad?
 A module is in training mode from construction until `eval()` and stays in
