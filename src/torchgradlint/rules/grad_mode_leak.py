@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -216,16 +217,8 @@ for epoch in range(epochs):
         if foreign_framework_file(model):
             return
         reported: set[int] = set()
-        for finding, node in self._functions(model):
-            if id(node) not in reported:
-                reported.add(id(node))
-                yield finding
-        for finding, node in self._loops(model):
-            if id(node) not in reported:
-                reported.add(id(node))
-                yield finding
-        for finding, node in self._import_time(model):
-            if id(node) not in reported:
+        for finding, node in chain(self._functions(model), self._loops(model), self._import_time(model)):
+            if id(node) not in reported:  # a switch in a helper's loop is one finding
                 reported.add(id(node))
                 yield finding
 

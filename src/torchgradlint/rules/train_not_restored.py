@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-
 from ..analysis.mode_layer_facts import class_has_mode_layers, factory_class
 from ..analysis.model import Call, FileModel, GradMode, Loop, Scope, is_literal
 from ..analysis.modes import (
@@ -287,8 +286,11 @@ def _helper_restores(model: FileModel, call: Call, eval_call: Call) -> bool:
 
 
 def _leaked_eval(model: FileModel, loop: Loop, text: str, pairs: list[tuple[Call, Call]]) -> Optional[Call]:
-    """The call in the loop whose eval reaches a training site of ``text``
-    in the loop (a later iteration, or later in the same one), or ``None``."""
+    """The call in the loop whose eval (its own, or a helper's) reaches a
+    training site of ``text`` in the next iteration, or ``None``.
+
+    A site sees what the previous iteration left when nothing before it in
+    the loop body sets the mode; the last switch of the body then decides."""
     evs = [e for e in events(model, loop.scope, text) if loop.contains(e.order)]
     seen = {id(e.call) for e in evs}
     # helpers that ``events`` cannot map the module into (``validate(context)``
@@ -302,8 +304,9 @@ def _leaked_eval(model: FileModel, loop: Loop, text: str, pairs: list[tuple[Call
     if not sites:
         return None
     restoring = {id(s.call) for s in sites if s.restores}
-    states = sorted([e for e in evs if e.kind in _EXPLICIT] + _indirect_switches(model, loop.scope, loop.order, loop.end, text) +
-                    [ModeEvent(s.call, TRAIN) for s in sites if s.restores], key=lambda e: e.order)
+    states = sorted([e for e in evs if e.kind in _EXPLICIT]
+                    + _indirect_switches(model, loop.scope, loop.order, loop.end, text)
+                    + [ModeEvent(s.call, TRAIN) for s in sites if s.restores], key=lambda e: e.order)
     rebound = [a.order for a in model.bindings_of(text.split(".")[0], loop.scope) if loop.contains(a.order)]
     for site in sites:
         if site.restores or any(order < site.call.order for order in rebound):
@@ -320,10 +323,9 @@ def _leaked_eval(model: FileModel, loop: Loop, text: str, pairs: list[tuple[Call
 
 def _indirect_switches(model: FileModel, scope: Scope, order: int, end: int, text: str) -> list[ModeEvent]:
     """Switches of ``text`` in ``[order, end]`` of ``scope`` that ``events``
-    does not see: ``M.to(device).train()`` (a chained
-    receiver), and ``M.meth()`` where a same-file class's method ``meth``
-    calls ``self....train(...)`` (``train_custom()`` training the head):
-    a ``TRAIN`` and an ``UNKNOWN`` event."""
+    does not see: ``M.to(device).train()`` (a chained receiver; ``TRAIN``),
+    and ``M.meth()`` where a same-file class's method ``meth`` calls
+    ``self....train(...)`` (``train_custom()`` training the head; ``UNKNOWN``)."""
     out: list[ModeEvent] = []
     switching = {name for info in model.classes.values() for name, m in info.methods.items()
                  if any(d.method == "train" and (d.receiver_text or "").startswith("self")
