@@ -384,3 +384,33 @@ def test_fresh_mode_free_module_from_one_caller_and_unknown_from_another_is_sile
 
 def test_fresh_mode_sensitive_module_passed_by_a_caller_fires():
     assert codes(SAMPLERS.format(coarse="nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))")) == [("TGL201", 11)]
+
+
+# -- misses: evaluation after a training helper whose step lives in another file --------------------
+D2L_PREDICT = """
+    import torch
+    from torch import nn
+    from d2l import torch as d2l
+
+    def train(net, train_iter, num_epochs, lr):
+        trainer = torch.optim.SGD(net.parameters(), lr=lr)
+        for epoch in range(num_epochs):
+            net.train()
+            for features, labels in train_iter:
+                d2l.train_batch_ch13(net, features, labels, loss, trainer, devices)
+
+    net, preds = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.LazyLinear(10)), []
+    train(net, train_valid_iter, 20, 0.1)
+    {switch}
+    for X, _ in test_iter:
+        y_hat = net(X)
+        preds.extend(y_hat.argmax(dim=1).cpu().numpy())
+    """
+
+
+def test_prediction_loop_after_a_training_helper_fires():
+    assert codes(D2L_PREDICT.format(switch="")) == [("TGL201", 16)]
+
+
+def test_prediction_loop_after_eval_is_silent():
+    assert codes(D2L_PREDICT.format(switch="net.eval()")) == []
