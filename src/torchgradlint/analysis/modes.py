@@ -37,7 +37,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, GradMode, Scope, is_literal
+from .model import Call, FileModel, GradMode, Scope, argument_for, call_params, is_literal
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
 from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
@@ -318,9 +318,7 @@ def map_into(model: FileModel, call: Call, callee: Scope, text: str) -> Optional
     callee neither takes nor binds it. ``None`` when it does not reach."""
     head = text.split(".")[0]
     positional = [a for a in call.node.args if a.keyword is None and not a.star]
-    params = list(callee.params)
-    if callee.class_name is not None and call.func_text and call.func_text.startswith(("self.", "cls.")):
-        params = params[1:]
+    params = call_params(call, callee)
     for i, a in enumerate(positional):
         if dotted_name(a.value) == text and i < len(params):
             return params[i]
@@ -345,11 +343,7 @@ def map_out(model: FileModel, call: Call, callee: Scope, text: str) -> Optional[
             return text
         return None
     if head in callee.params:
-        params = list(callee.params)
-        if callee.class_name is not None and call.func_text and call.func_text.startswith(("self.", "cls.")):
-            params = params[1:]
-        arg = call.arg(params.index(head), head) if head in params else None
-        name = dotted_name(arg)
+        name = dotted_name(argument_for(call, callee, head))
         if name is None:
             return None
         return f"{name}.{rest}" if rest else name
