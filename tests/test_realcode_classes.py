@@ -384,3 +384,82 @@ def test_fresh_mode_free_module_from_one_caller_and_unknown_from_another_is_sile
 
 def test_fresh_mode_sensitive_module_passed_by_a_caller_fires():
     assert codes(SAMPLERS.format(coarse="nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))")) == [("TGL201", 11)]
+
+
+# -- misses: evaluation after a training helper whose step lives in another file --------------------
+D2L_PREDICT = """
+    import torch
+    from torch import nn
+    from d2l import torch as d2l
+
+    def train(net, train_iter, num_epochs, lr):
+        trainer = torch.optim.SGD(net.parameters(), lr=lr)
+        for epoch in range(num_epochs):
+            net.train()
+            for features, labels in train_iter:
+                d2l.train_batch_ch13(net, features, labels, loss, trainer, devices)
+
+    net, preds = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.LazyLinear(10)), []
+    train(net, train_valid_iter, 20, 0.1)
+    {switch}
+    for X, _ in test_iter:
+        y_hat = net(X)
+        preds.extend(y_hat.argmax(dim=1).cpu().numpy())
+    """
+
+
+def test_prediction_loop_after_a_training_helper_fires():
+    assert codes(D2L_PREDICT.format(switch="")) == [("TGL201", 16)]
+
+
+def test_prediction_loop_after_eval_is_silent():
+    assert codes(D2L_PREDICT.format(switch="net.eval()")) == []
+
+
+# -- misses: retain_graph=True in a helper called in a loop ----------------------------------------
+UPDATE_LATENT = """
+    import torch
+
+    class Pipe:
+        @staticmethod
+        def _update_latent(latents, loss, step_size):
+            grad = torch.autograd.grad(loss.requires_grad_(True), [latents], retain_graph=True)[0]
+            return latents - step_size * grad
+
+        def refine(self, latents, t, steps):
+            for i in range(steps):
+                latents = latents.clone().detach().requires_grad_(True)
+                self.unet(latents, t)
+                loss = self._compute_loss(self.attention_store.maxima())
+                latents = self._update_latent(latents, loss, 0.1){later}
+            return latents
+    """
+
+
+def test_retaining_backward_in_a_helper_called_in_a_loop_fires():
+    assert codes(UPDATE_LATENT.format(later="")) == [("TGL102", 7)]
+
+
+def test_retaining_backward_in_a_helper_whose_graph_a_later_backward_uses_is_silent():
+    later = "\n                loss.backward()"
+    assert codes(UPDATE_LATENT.format(later=later)) == []
+
+
+def test_unknown_loss_rebuilt_each_iteration_and_retained_fires():
+    assert codes("""
+        import torch
+        for batch in loader:
+            loss = compute_loss(model, batch)
+            loss.backward(retain_graph=True)
+            optimizer.step()
+            optimizer.zero_grad()
+        """) == [("TGL102", 5)]
+
+
+def test_unknown_target_bound_before_the_loop_is_silent():
+    assert codes("""
+        import torch
+        y = simulate(params)
+        for i in range(n):
+            g = torch.autograd.grad(y[i], params, retain_graph=True)
+        """) == []

@@ -235,3 +235,18 @@ def test_module_from_a_same_file_factory_without_mode_layers_is_silent():
 
 def test_module_from_a_same_file_factory_with_dropout_fires():
     assert lines(FACTORY.format(layer="nn.Dropout(0.2), ")) == [30]
+
+
+def test_helper_that_builds_the_module_it_trains_is_silent():
+    assert lines(HEAD + """\
+def fit(data):
+    net = nn.Sequential(nn.Linear(4, 2), nn.Dropout(0.1))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x, y in data:
+        loss_fn(net(x), y).backward()
+        opt.step()
+    net.eval()
+    return net
+for fold in range(3):
+    net = fit(loader)
+""") == []

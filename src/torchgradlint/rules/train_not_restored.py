@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 from ..analysis.mode_layer_facts import class_has_mode_layers, factory_class
 from ..analysis.model import Call, FileModel, GradMode, Loop, Scope, is_literal
 from ..analysis.modes import (
+    BUILT,
     EVAL,
     TRAIN,
     TRAINED,
@@ -26,7 +27,8 @@ from ..analysis.steps import foreign_framework_file
 from ..analysis.torch_api import FORWARD_METHODS
 from ..registry import Finding, Rule
 
-_EXPLICIT = frozenset({EVAL, TRAIN, UNKNOWN})
+# explicit mode states: a construction starts a module in training mode
+_EXPLICIT = frozenset({EVAL, TRAIN, UNKNOWN, BUILT})
 _HELPER_DEPTH = 3
 
 
@@ -117,7 +119,7 @@ def _restores_first(evs: list[ModeEvent]) -> bool:
     for e in evs:
         if e.kind == TRAINED:
             return False
-        if e.kind in (TRAIN, UNKNOWN):
+        if e.kind in (TRAIN, UNKNOWN, BUILT):
             return True
     return False
 
