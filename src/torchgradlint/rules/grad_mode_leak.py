@@ -240,8 +240,8 @@ for epoch in range(epochs):
                 continue
             node = _statement_call(region)
             yield Finding.from_text(node, (
-                f"`{fn.qualname}()` switches grad mode off with a bare `{_api_text(model, region)}` and returns "
-                "without switching it back: its callers go on with grad disabled, so the next training forward "
+                f"`{fn.qualname}()` leaves grad mode off: a bare `{_api_text(model, region)}` is never switched "
+                "back before it returns, so its callers go on with grad disabled, the next training forward "
                 "records no graph and `backward()` raises \"element 0 of tensors does not require grad\"; "
                 "use `with torch.no_grad():` or decorate the function with `@torch.no_grad()`")), node
 
@@ -263,7 +263,7 @@ for epoch in range(epochs):
             if train_loop is None or _restores(model, train_loop.order, train_loop.end, scope):
                 continue
             yield Finding.from_text(node, (
-                f"`{text}` inside a training loop is never switched back: the next iteration's forward records "
+                f"`{text}` in a training loop is never switched back: the next iteration's forward records "
                 "no graph and `backward()` raises \"element 0 of tensors does not require grad\"; wrap the "
                 "evaluation in `with torch.no_grad():` instead")), node
 
@@ -279,8 +279,8 @@ for epoch in range(epochs):
             return
         node = _statement_call(top[-1])
         yield Finding.from_text(node, (
-            "`torch.set_grad_enabled(False)` at the top level of a library module switches grad mode off for "
-            "the whole program as soon as the module is imported: any training code of the importer records "
+            "`torch.set_grad_enabled(False)` at the top of a library module turns grad mode off on import: "
+            "it stays off for the whole program, so any training code of the importer records "
             "no graph; use `@torch.no_grad()` on the functions that need it")), node
 
 

@@ -269,10 +269,10 @@ for epoch in range(epochs):
                     continue
                 reported.add(id(node))
                 yield Finding.from_text(node, (
-                    f"`{text}` is put in eval mode inside the training loop and trained again in the next "
-                    f"iteration with no `{text}.train()` in between: from then on dropout is off and batch-norm "
-                    f"running statistics stop updating; call `{text}.train()` at the top of the loop (or of the "
-                    "training helper), or switch back after evaluating"))
+                    f"`{text}` stays in eval mode for the next training iteration: this `eval()` in the training "
+                    f"loop is not followed by `{text}.train()` before `{text}` trains again, so from then on dropout "
+                    f"is off and batch-norm running statistics stop updating; call `{text}.train()` at the top of "
+                    "the loop (or of the training helper), or switch back after evaluating"))
 
 
 def _helper_restores(model: FileModel, call: Call, eval_call: Call) -> bool:
