@@ -19,14 +19,17 @@ CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_no
 #: a literal cap at or above this (or ``inf``) clips nothing: the call only measures the norm
 _NO_CAP = 1e6
 _INF_NAMES = frozenset({"math.inf", "numpy.inf", "np.inf", "torch.inf", "float.inf"})
+#: frameworks with a same-named clipping function of other semantics (``mlx.optimizers.clip_grad_norm``
+#: returns clipped copies; ``paddle.nn.utils.clip_grad_norm_``)
+_FOREIGN = frozenset({"mlx", "jax", "flax", "optax", "paddle", "mindspore", "oneflow", "mxnet", "tensorflow", "keras"})
 
 
 def clip_call(model: FileModel, call: Call) -> bool:
     """Whether ``call`` clips gradients in place (``clip_grad_norm_``,
     ``clip_grad_value_``, the deprecated ``clip_grad_norm``), however imported,
     and caps them (a ``max_norm`` of ``inf`` only measures the norm)."""
-    last = (call.func_text or "").rsplit(".", 1)[-1]
-    if last not in CLIP_FUNCTIONS:
+    last = (call.qualname or call.func_text or "").rsplit(".", 1)[-1]
+    if last not in CLIP_FUNCTIONS or (call.qualname or "").split(".")[0] in _FOREIGN:
         return False
     cap = call.arg(1, "clip_value" if last == "clip_grad_value_" else "max_norm")
     return not _unbounded(model, cap)
