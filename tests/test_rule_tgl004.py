@@ -161,3 +161,11 @@ def test_foreign_clip_functions_are_silent():
             optimizer.step()
             grads, _ = optim.clip_grad_norm(grads, max_norm=1.0)
     """) == []
+
+
+def test_wrapper_told_not_to_clip_is_silent():
+    # A same-signature wrapper of clip_grad_norm_ with a switch that only measures the norm.
+    assert lines(loop(ZERO, BACKWARD, STEP, "n = clip_grad_norm_(model.parameters(), 1.0, clip_grad=False)",
+                      head="from utils import clip_grad_norm_\n" + HEAD)) == []
+    assert lines(loop(ZERO, BACKWARD, STEP, "n = clip_grad_norm_(model.parameters(), 1.0, clip_grad=True)",
+                      head="from utils import clip_grad_norm_\n" + HEAD)) == [9]

@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, Scope
+from ..analysis.model import Call, FileModel, Scope, is_literal
 from ..analysis.names import dotted_name
 from ..analysis.steps import foreign_framework_file
 from ..analysis.training import runs_backward, step_sites
@@ -31,6 +31,9 @@ def clip_call(model: FileModel, call: Call) -> bool:
     last = (call.qualname or call.func_text or "").rsplit(".", 1)[-1]
     if last not in CLIP_FUNCTIONS or (call.qualname or "").split(".")[0] in _FOREIGN:
         return False
+    if any(a.keyword is not None and "clip" in a.keyword.value and is_literal(a.value, False)
+           for a in call.node.args):
+        return False  # a wrapper told not to clip (``clip_grad=False``): it only measures the norm
     cap = call.arg(1, "clip_value" if last == "clip_grad_value_" else "max_norm")
     return not _unbounded(model, cap)
 
