@@ -207,6 +207,9 @@ class _Builder:
             call = expr if isinstance(expr, cst.Call) else None
             qn = self.m.qualname(call.func if call else expr)
             mode = grad_mode.classify(qn, call)
+            if mode is None:
+                mode = grad_mode.other_decorator(qn or dotted_name(call.func if call else expr) or "",
+                                                 bool(self.m.functions.get(qn or "")))
             if mode is not None:
                 scope.decorator_region = Region(node, mode, "decorator", qn or "", self.n)
         if cls is not None:
