@@ -142,6 +142,16 @@ def test_aliased_imports_fire():
         model(torch.stack(buffer)).sum().backward()
         optimizer.step()
     """,
+    # the step's branch backpropagates itself (TD3: the actor every `policy_freq` critic steps)
+    """\
+    actor_opt.zero_grad()
+    critic_opt.zero_grad()
+    critic_loss(x).backward()
+    critic_opt.step()
+    if i % policy_freq == 0:
+        actor_loss(x).backward()
+        actor_opt.step()
+    """,
 ])
 def test_near_misses_are_silent(body):
     assert lines(loop(body)) == []

@@ -83,7 +83,7 @@ def _elif_tests(stmt: cst.If, suite: cst.CSTNode) -> list[cst.BaseExpression]:
     return tests
 
 
-def step_gate(model: FileModel, loop: Loop, site: StepSite) -> Optional[cst.BaseSuite]:
+def step_gate(loop: Loop, site: StepSite) -> Optional[cst.BaseSuite]:
     """The outermost branch suite inside ``loop`` that holds the step site and
     whose ``if`` chain is an :func:`accumulation_gate`; ``None`` when the step
     is not under one (it runs on every iteration, or only under other guards)."""
@@ -95,7 +95,8 @@ def step_gate(model: FileModel, loop: Loop, site: StepSite) -> Optional[cst.Base
     return None
 
 
-def _inside(model: FileModel, fact, suite: cst.CSTNode) -> bool:
+def _inside(fact, suite: cst.CSTNode) -> bool:
+    """Whether ``fact`` lies in the suite ``suite`` (at any depth)."""
     return any(b is suite for b in fact.blocks)
 
 
@@ -140,7 +141,9 @@ outside the step's branch. It also checks for `model.zero_grad()` on every
 iteration inside `with accelerator.accumulate(...)`.
 
 It stays silent when the reset sits in the step's branch (before or after the
-step), when the reset has its own accumulation gate (`if i % k == 0:` at the
+step), when the step's branch backpropagates before stepping (an actor updated
+every `k` critic steps: its gradients come from that branch), when the reset
+has its own accumulation gate (`if i % k == 0:` at the
 start of a window), when the step runs on every iteration, when the step's
 guard is not an accumulation gate (a skip for non-finite values such as
 `if torch.isfinite(grad_norm):`), when the reset targets another optimizer,
@@ -195,8 +198,9 @@ for i, (x, y) in enumerate(loader):
             loop = training_loop_of(model, site)
             if loop is None:
                 continue
-            gate = step_gate(model, loop, site)
-            if gate is None or not self._backward_outside(model, loop, gate, site.via):
+            gate = step_gate(loop, site)
+            if gate is None or not self._backward_outside(model, loop, gate, site.via) \
+                    or self._backward_in_branch(model, loop, gate, site.via):
                 continue
             for reset in resets_within(model, loop.order, loop.end):
                 fact = reset.fact
@@ -221,7 +225,17 @@ for i, (x, y) in enumerate(loader):
     def _backward_outside(model: FileModel, loop: Loop, gate: cst.CSTNode, via: Call) -> bool:
         """Whether the loop backpropagates outside the step's gated branch
         (on the iterations that do not step: the micro-batches)."""
-        return any(c.scope is via.scope and not _inside(model, c, gate)
+        return any(c.scope is via.scope and not _inside(c, gate)
+                   and runs_backward(model, c, accumulating_only=True)
+                   for c in model.calls_within(loop.order, loop.end))
+
+    @staticmethod
+    def _backward_in_branch(model: FileModel, loop: Loop, gate: cst.CSTNode, via: Call) -> bool:
+        """Whether the step's branch backpropagates before the step: its
+        gradients come from that branch (an actor updated every ``k`` critic
+        steps, a generator trained every ``n_critic`` iterations), not from
+        micro-batches of earlier iterations."""
+        return any(c.scope is via.scope and c.order < via.order and _inside(c, gate)
                    and runs_backward(model, c, accumulating_only=True)
                    for c in model.calls_within(loop.order, loop.end))
 
@@ -255,4 +269,3 @@ for i, (x, y) in enumerate(loader):
                               detail="accelerate skips a prepared optimizer's `zero_grad()` until the "
                                      "accumulation window is complete, but not a module's: every micro-batch "
                                      "but the last is thrown away; call `optimizer.zero_grad()` instead")
-

@@ -104,7 +104,7 @@ the training loop (or one call of a training-step function):
 It stays silent on `backward → [scaler.unscale_] → clip → step`, on a clip
 before the step of a deferred loop (`clip → step → zero_grad → backward`), on
 `max_norm=float('inf')` (or any cap >= 1e6: the call only measures the norm),
-on LBFGS closures, on `configure_gradient_clipping` and
+on a wrapper told not to clip (`clip_grad=False`), on LBFGS closures, on `configure_gradient_clipping` and
 `on_before_optimizer_step`, and on Lightning modules that optimize by hand.
 
 ## Why is this bad?
@@ -171,8 +171,8 @@ for x, y in loader:
         backpropagates, else its function's body."""
         span = None
         for loop in reversed(clip.loops):
-            if any(runs_backward(model, c, accumulating_only=True) for c in model.calls_within(loop.order, loop.end)
-                   if c.scope is clip.scope):
+            if any(runs_backward(model, c, accumulating_only=True)
+                   for c in model.calls_within(loop.order, loop.end) if c.scope is clip.scope):
                 span = (loop.order, loop.end)
                 break
         if span is None:
