@@ -201,6 +201,13 @@ def test_accelerate_optimizer_reset_or_synced_reset_is_silent(reset):
     assert lines(ACCELERATE.replace("RESET", reset)) == []
 
 
+def test_accelerator_without_accumulation_steps_is_silent():
+    src = ACCELERATE.replace("Accelerator(gradient_accumulation_steps=4)", "Accelerator(mixed_precision='bf16')")
+    assert lines(src.replace("RESET", "model.zero_grad()")) == []
+    src = ACCELERATE.replace("Accelerator(gradient_accumulation_steps=4)", "Accelerator(**accelerator_kwargs)")
+    assert lines(src.replace("RESET", "model.zero_grad()")) == [12]
+
+
 def test_prepared_optimizer_reset_with_sync_gate_is_silent():
     src = ACCELERATE.replace("    with accelerator.accumulate(model):\n", "    if True:\n").replace(
         "        optimizer.step()\n        RESET\n",

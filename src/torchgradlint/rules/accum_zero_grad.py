@@ -148,7 +148,9 @@ start of a window), when the step runs on every iteration, when the step's
 guard is not an accumulation gate (a skip for non-finite values such as
 `if torch.isfinite(grad_norm):`), when the reset targets another optimizer,
 and on `optimizer.zero_grad()` of an optimizer returned by
-`accelerator.prepare(...)` (accelerate skips it inside the window).
+`accelerator.prepare(...)` (accelerate skips it inside the window), and on
+`accelerator.accumulate()` in a file whose `Accelerator(...)` is built without
+`gradient_accumulation_steps` (every micro-batch then syncs).
 
 ## Why is this bad?
 `backward()` adds into `.grad`; accumulation relies on that sum surviving until
@@ -243,6 +245,8 @@ for i, (x, y) in enumerate(loader):
     def _accelerate_module_resets(model: FileModel, reported: set[int]) -> Iterator[Finding]:
         """``M.zero_grad()`` (a module, not a prepared optimizer) on every
         iteration inside ``with accelerator.accumulate(...)``."""
+        if _accelerators_never_accumulate(model):
+            return
         for call in model.calls:
             if call.method != "accumulate" or not _ACCELERATOR.search(call.receiver_text or ""):
                 continue
@@ -269,3 +273,15 @@ for i, (x, y) in enumerate(loader):
                               detail="accelerate skips a prepared optimizer's `zero_grad()` until the "
                                      "accumulation window is complete, but not a module's: every micro-batch "
                                      "but the last is thrown away; call `optimizer.zero_grad()` instead")
+
+
+def _accelerators_never_accumulate(model: FileModel) -> bool:
+    """Whether the file builds its ``accelerate.Accelerator`` objects and none
+    is given ``gradient_accumulation_steps`` (or a plugin, or ``**kwargs``):
+    then ``accumulate()`` syncs on every micro-batch and a module reset
+    inside it wipes nothing."""
+    built = [c for c in model.calls if (c.qualname or "") in ("accelerate.Accelerator",
+                                                              "accelerate.accelerator.Accelerator")]
+    return bool(built) and not any(
+        a.star or (a.keyword is not None and a.keyword.value.startswith("gradient_accumulation"))
+        for c in built for a in c.node.args)
