@@ -218,9 +218,9 @@ for i, (x, y) in enumerate(loader):
                 opt = site.step.optimizer or "the optimizer"
                 yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-batch while "
                                          f"`{opt}` steps only under an accumulation gate",
-                              detail="all but the last micro-batch's gradients are thrown away before the step, "
+                              detail="All but the last micro-batch's gradients are thrown away before the step, "
                                      "so the update sees one micro-batch (divided by the accumulation count); "
-                                     "move the reset into the step's branch, after the step")
+                                     "move the reset into the step's branch, after the step.")
         yield from self._accelerate_module_resets(model, reported)
 
     @staticmethod
@@ -270,9 +270,9 @@ for i, (x, y) in enumerate(loader):
                 reported.add(id(c.node))
                 yield Finding(c.node, f"`{c.func_text}()` inside `accelerator.accumulate()` resets the "
                                       "gradients on every micro-batch",
-                              detail="accelerate skips a prepared optimizer's `zero_grad()` until the "
+                              detail="Accelerate skips a prepared optimizer's `zero_grad()` until the "
                                      "accumulation window is complete, but not a module's: every micro-batch "
-                                     "but the last is thrown away; call `optimizer.zero_grad()` instead")
+                                     "but the last is thrown away; call `optimizer.zero_grad()` instead.")
 
 
 def _accelerators_never_accumulate(model: FileModel) -> bool:

@@ -159,7 +159,7 @@ for x, y in loader:
                                          "before the backward",
                               detail="Lightning backpropagates the returned loss after `training_step` "
                                      "returns, so the clip sees no gradients of this step; use "
-                                     "`Trainer(gradient_clip_val=...)` or `configure_gradient_clipping`")
+                                     "`Trainer(gradient_clip_val=...)` or `configure_gradient_clipping`.")
                 continue
             message = self._misorder(model, call)
             if message is not None:
@@ -194,11 +194,11 @@ for x, y in loader:
             after_step = not any(last_step < b < clip.order for b in backwards)
         if after_step:
             return (f"`{clip.func_text}()` runs after the optimizer step",
-                    "the step already applied the unclipped gradients and they are reset before the next "
-                    "backward, so the clip changes nothing; clip between `backward()` and `step()`")
+                    "The step already applied the unclipped gradients and they are reset before the next "
+                    "backward, so the clip changes nothing; clip between `backward()` and `step()`.")
         if clip.order < first_backward and any(s > first_backward for s in steps) \
                 and not any(clip.order < s < first_backward for s in steps):
             return (f"`{clip.func_text}()` runs before this iteration's `backward()`",
-                    "it rescales gradients that the backward then overwrites or adds to, so the step applies "
-                    "unclipped gradients; clip between `backward()` and `step()`")
+                    "It rescales gradients that the backward then overwrites or adds to, so the step applies "
+                    "unclipped gradients; clip between `backward()` and `step()`.")
         return None
