@@ -463,3 +463,56 @@ def test_unknown_target_bound_before_the_loop_is_silent():
         for i in range(n):
             g = torch.autograd.grad(y[i], params, retain_graph=True)
         """) == []
+
+
+# -- P (PyPI review): a graph prefix built before the loop needs retain_graph ----------------------
+def test_backward_through_a_distribution_built_before_the_loop_is_silent():
+    assert codes("""
+        import torch
+        from torch.autograd import grad
+        from torch.distributions import Categorical
+        def sampled_grads(x, mc_samples):
+            x.requires_grad = True
+            out = []
+            dist = Categorical(logits=x)
+            for _ in range(mc_samples):
+                loss = -dist.log_prob(dist.sample()).sum()
+                out.append(grad(loss, x, retain_graph=True)[0])
+            return out
+        """) == []
+
+
+def test_slices_of_one_forward_before_the_loop_are_silent():
+    assert codes("""
+        import torch
+        def multiple_passes(model, X, loss_func, num_chunks):
+            reconstruction = model(X)
+            size = reconstruction.shape[1] // num_chunks
+            for idx in range(num_chunks):
+                part = reconstruction[:, idx * size:(idx + 1) * size]
+                loss_func(part, X[:, idx * size:(idx + 1) * size]).backward(retain_graph=True)
+        """) == []
+
+
+def test_hessian_rows_of_a_gradient_taken_before_the_loop_are_silent():
+    assert codes("""
+        import torch
+        def hessian_diag(y, x, n):
+            dy = torch.autograd.grad(y, [x], create_graph=True)[0]
+            flat = dy.reshape(-1, n)
+            rows = []
+            for i in range(n):
+                dyi = flat.index_select(-1, torch.tensor([i]))
+                rows.append(torch.autograd.grad([dyi], [x], retain_graph=True)[0])
+            return rows
+        """) == []
+
+
+def test_forward_rebuilt_in_the_loop_and_retained_still_fires():
+    assert codes("""
+        import torch
+        def multiple_passes(model, X, loss_func, num_chunks):
+            for idx in range(num_chunks):
+                reconstruction = model(X)
+                loss_func(reconstruction, X).backward(retain_graph=True)
+        """) == [("TGL102", 6)]

@@ -274,10 +274,17 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
     c = _cache(model)
     if text in c.sensitive:
         return c.sensitive[text]
+    result = _bindings_sensitive(model, text, [a for a in model.assigns if a.binds(text)])
+    c.sensitive[text] = result is not False
+    return c.sensitive[text]
+
+
+def _bindings_sensitive(model: FileModel, text: str, bindings: list) -> Optional[bool]:
+    """:func:`mode_sensitive` over the given bindings of ``text``: ``None``
+    when none of them constructs a module (no evidence either way)."""
     seen_ctor = False
-    result = False
-    for a in model.assigns:
-        if a.kind not in ("assign", "annassign") or not a.binds(text):
+    for a in bindings:
+        if a.kind not in ("assign", "annassign"):
             continue
         if a.unpacked:
             continue  # ``model, opt = accelerator.prepare(model, opt)``: a wrapper
@@ -290,11 +297,8 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
             continue
         seen_ctor = True
         if _expr_sensitive(model, value):
-            result = True
-            break
-    result = result or not seen_ctor
-    c.sensitive[text] = result
-    return result
+            return True
+    return False if seen_ctor else None
 
 
 # -- mode events -----------------------------------------------------------------
@@ -631,7 +635,11 @@ def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
     has_ctor = any(a.kind in ("assign", "annassign") and a.binds(text) for a in model.assigns)
     if outer and not has_ctor:
         return any(mode_sensitive(model, o) for o in outer)
-    return mode_sensitive(model, text)
+    # The constructions that may reach this call in its own scope decide (a
+    # notebook's later cell rebinding ``model`` does not change earlier cells);
+    # without one there, every construction of the name in the file.
+    here = _bindings_sensitive(model, text, model.reaching_bindings(text, call))
+    return mode_sensitive(model, text) if here is None else here
 
 
 def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
