@@ -250,3 +250,28 @@ def fit(data):
 for fold in range(3):
     net = fit(loader)
 """) == []
+
+
+def test_training_helper_that_switches_back_through_a_hook_method_is_silent():
+    assert lines("""\
+        import torch
+        from torch import nn
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Sequential(nn.Linear(4, 2), nn.Dropout(0.1))
+            def train_epoch_start(self):
+                self.model.train()
+            def eval_epoch_start(self):
+                self.model.eval()
+            def run_train_epoch(self, data):
+                self.train_epoch_start()
+                for x, y in data:
+                    self.loss(self.model(x), y).backward()
+                    self.optimizer.step()
+            def run_eval_epoch(self, data):
+                self.eval_epoch_start()
+            def fit(self, data, epochs):
+                for epoch in range(epochs):
+                    self.run_train_epoch(data)
+                    self.run_eval_epoch(data)
+    """) == []

@@ -10,6 +10,7 @@ from ..analysis.model import Call, FileModel, GradMode, Loop, Scope, is_literal
 from ..analysis.modes import (
     BUILT,
     EVAL,
+    HELPER_TRAIN,
     TRAIN,
     TRAINED,
     UNKNOWN,
@@ -28,7 +29,7 @@ from ..analysis.torch_api import FORWARD_METHODS
 from ..registry import Finding, Rule
 
 # explicit mode states: a construction starts a module in training mode
-_EXPLICIT = frozenset({EVAL, TRAIN, UNKNOWN, BUILT})
+_EXPLICIT = frozenset({EVAL, TRAIN, UNKNOWN, BUILT, HELPER_TRAIN})
 _HELPER_DEPTH = 3
 
 
@@ -119,7 +120,7 @@ def _restores_first(evs: list[ModeEvent]) -> bool:
     for e in evs:
         if e.kind == TRAINED:
             return False
-        if e.kind in (TRAIN, UNKNOWN, BUILT):
+        if e.kind in (TRAIN, UNKNOWN, BUILT, HELPER_TRAIN):
             return True
     return False
 
