@@ -18,12 +18,22 @@ A ``TGL`` selector in flake8's ``--select``/``--extend-select``/``--ignore``/
 ``--extend-ignore`` that names no rule (``--select TGL999``) stops flake8 with
 a usage error on standard error and exit status 2 (through flake8's own
 argument parser), as the CLI rejects it.
+
+When TGL codes are selected and flake8 forks its pool of worker processes
+(several files, ``--jobs`` above 1), the engine and the rules are imported
+once in flake8's main process just before the fork
+(:func:`_preload_before_pool_fork`), so the workers inherit them instead of
+each importing LibCST again (about 0.13-0.25 s of CPU per worker). A
+single-file run never forks and imports nothing for a file the prefilter
+rules out.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -54,6 +64,34 @@ def unknown_selectors(options: argparse.Namespace) -> list[str]:
             if sel.startswith("TGL") and not any(code.startswith(sel) for code in known) and sel not in out:
                 out.append(sel)
     return out
+
+
+_preload_hooked = False
+
+
+def _preload_before_pool_fork() -> None:
+    """``os.register_at_fork(before=...)`` hook: import the engine and the
+    rules in flake8's main process when the fork is flake8's own worker pool
+    (inside ``flake8.checker._mp_prefork``), so that every worker inherits
+    them. Any other fork (a subprocess, another library) is left alone."""
+    checker = sys.modules.get("flake8.checker")
+    if getattr(checker, "_mp", None) is None or "torchgradlint.engine" in sys.modules:
+        return
+    try:
+        from . import engine  # noqa: F401
+        from .registry import all_rules
+
+        all_rules()
+    except Exception:  # pragma: no cover - the worker imports them itself then
+        pass
+
+
+def _hook_preload() -> None:
+    """Register :func:`_preload_before_pool_fork` once per process."""
+    global _preload_hooked
+    if not _preload_hooked and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_preload_before_pool_fork)
+        _preload_hooked = True
 
 
 class Plugin:
@@ -88,8 +126,6 @@ class Plugin:
                        f"code or code prefix of {', '.join(_rule_codes())}")
             parser = getattr(option_manager, "parser", None)
             if parser is None:
-                import sys
-
                 print(f"flake8: error: {message}", file=sys.stderr)
                 raise SystemExit(2)
             parser.error(message)
@@ -102,6 +138,8 @@ class Plugin:
             cls._codes = tuple(r.code for r in rule_index() if engine.decision_for(r.code) is Decision.Selected)
         except Exception:  # an unusual flake8: fall back to every default rule
             cls._codes = None
+        if cls._codes != ():
+            _hook_preload()
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
         """Yield flake8's ``(line, col, message, type)`` tuples; ``col`` 0-based."""
