@@ -273,9 +273,11 @@ def test_statement_positions_in_every_block_shape(newline, final_newline):
 
 
 def test_positions_fall_back_when_the_fast_path_cannot_answer(monkeypatch):
-    """A wanted node outside every statement (the module), or an ``ast``
-    that does not match the source (the text check fails), takes the
-    whole-module pass: LibCST's own ranges, never shifted ones."""
+    """A statement whose text starts one line only is placed there; one whose
+    text repeats is placed by Python's ``ast``. A wanted node outside every
+    statement (the module), or an ``ast`` that does not match the source
+    (the text check fails), takes the whole-module pass: LibCST's own
+    ranges, never shifted ones."""
     import ast
 
     from libcst.metadata import MetadataWrapper, PositionProvider
@@ -285,14 +287,16 @@ def test_positions_fall_back_when_the_fast_path_cannot_answer(monkeypatch):
     calls = []
     whole = positions.module_ranges
     monkeypatch.setattr(positions, "module_ranges", lambda m, w: calls.append(w) or whole(m, w))
-    source = "import torch\n\n\ndef f(x):\n    return x + 1\n"
+    source = "import torch\n\n\ndef f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n    y = 2\n"
     module = engine.parse_module(source)
     full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    ret = module.body[1].body.body[0]
-    assert positions.node_ranges(module, {ret}, source) == {ret: full[ret]}
-    assert calls == []
-    assert positions.node_ranges(module, {module}, source)[module] == full[module]
-    assert len(calls) == 1
+    ret_f = module.body[1].body.body[0]  # its text is also g's first line
+    y = module.body[2].body.body[1]  # unique text
     shifted = ast.parse("\n" + source)  # every statement one line too low
-    assert positions.node_ranges(module, {ret}, source, shifted)[ret] == full[ret]
+    assert positions.node_ranges(module, {ret_f, y}, source) == {ret_f: full[ret_f], y: full[y]}
+    assert positions.node_ranges(module, {y}, source, shifted) == {y: full[y]}  # the ast is not asked
+    assert calls == []
+    assert positions.node_ranges(module, {ret_f}, source, shifted)[ret_f] == full[ret_f]
+    assert len(calls) == 1
+    assert positions.node_ranges(module, {module}, source)[module] == full[module]
     assert len(calls) == 2

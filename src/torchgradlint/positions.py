@@ -28,6 +28,7 @@ every statement, a text mismatch) falls back to the whole-module pass
 from __future__ import annotations
 
 import ast
+import bisect
 from typing import Mapping, Optional
 
 import libcst as cst
@@ -136,13 +137,14 @@ def _ancestors(module: cst.Module, wanted: "set[cst.CSTNode]") -> "dict[cst.CSTN
     """Each wanted node's chain of ancestors, the module first (one walk,
     iterative, stopped once every wanted node is seen)."""
     found: dict[cst.CSTNode, list[cst.CSTNode]] = {}
+    ids = {id(n) for n in wanted}  # ``id`` in C: a node's own ``__hash__`` is a Python call
     stack = [(module, iter_children(module))]
     while stack:
         child = next(stack[-1][1], None)
         if child is None:
             stack.pop()
             continue
-        if child in wanted and child not in found:
+        if id(child) in ids and child not in found:
             found[child] = [n for n, _ in stack]
             if len(found) == len(wanted):
                 break
@@ -172,17 +174,18 @@ def _ast_at(stmts: "tuple[cst.BaseStatement, ...] | list", k: int, ast_body: lis
     return node
 
 
-def _innermost_statement(module: cst.Module, tree: ast.Module, chain: "list[cst.CSTNode]"
-                         ) -> "tuple[cst.BaseStatement, ast.stmt, list[str]]":
+def _innermost_statement(module: cst.Module, chain: "list[cst.CSTNode]"
+                         ) -> "tuple[cst.BaseStatement, list[int], list[str]]":
     """The innermost statement reached from the module through statement
-    bodies along ``chain`` (a wanted node's ancestors, then the node), its
-    ``ast`` statement and the indentation of its enclosing blocks.
+    bodies along ``chain`` (a wanted node's ancestors, then the node), the
+    index of each statement on the way in its statement list, and the
+    indentation of its enclosing blocks.
 
     Raises:
         _Mismatch: the chain does not start in a statement of the module.
     """
     stmts: "tuple | list" = module.body
-    ast_body = tree.body
+    indexes: list[int] = []
     indents: list[str] = []
     j = 1  # chain[j] should be a statement of ``stmts``
     while True:
@@ -194,14 +197,49 @@ def _innermost_statement(module: cst.Module, tree: ast.Module, chain: "list[cst.
                 break
         else:
             raise _Mismatch
-        a = _ast_at(stmts, k, ast_body)
+        indexes.append(k)
         body = getattr(node, "body", None)
         if (type(node) in _DESCEND and type(body) is cst.IndentedBlock and j + 2 < len(chain)
                 and chain[j + 1] is body):
             indents.append(module.default_indent if body.indent is None else body.indent)
-            stmts, ast_body, j = body.body, a.body, j + 2
+            stmts, j = body.body, j + 2
             continue
-        return node, a, indents
+        return node, indexes, indents
+
+
+def _ast_statement(module: cst.Module, tree: ast.Module, indexes: "list[int]") -> ast.stmt:
+    """The ``ast`` statement reached by ``indexes`` (see
+    :func:`_innermost_statement`), walking both trees' bodies together.
+
+    Raises:
+        _Mismatch: the trees do not correspond.
+    """
+    stmts: "tuple | list" = module.body
+    ast_body = tree.body
+    a: Optional[ast.stmt] = None
+    for k in indexes:
+        a = _ast_at(stmts, k, ast_body)
+        body = getattr(stmts[k], "body", None)
+        if type(body) is cst.IndentedBlock:
+            stmts, ast_body = body.body, getattr(a, "body", [])
+    if a is None:
+        raise _Mismatch
+    return a
+
+
+def _only_place(source: str, starts: "list[int]", text: str) -> Optional[int]:
+    """The 1-based line where ``text`` starts in ``source`` when it starts
+    at the beginning of exactly one line; ``None`` otherwise."""
+    line = None
+    i = source.find(text)
+    while i != -1:
+        n = bisect.bisect_left(starts, i, 1)
+        if n < len(starts) and starts[n] == i:
+            if line is not None:
+                return None
+            line = n
+        i = source.find(text, i + 1)
+    return line
 
 
 def node_ranges(module: cst.Module, wanted: "set[cst.CSTNode]", source: Optional[str] = None,
@@ -237,23 +275,28 @@ def _statement_ranges(module: cst.Module, wanted: "set[cst.CSTNode]", source: st
     chains = _ancestors(module, wanted)
     if len(chains) != len(wanted):
         raise _Mismatch
-    if tree is None:
-        tree = ast.parse(source)
-    groups: dict[int, tuple[cst.BaseStatement, ast.stmt, list[str], set[cst.CSTNode]]] = {}
+    groups: dict[int, tuple[cst.BaseStatement, list[int], list[str], set[cst.CSTNode]]] = {}
     for node, ancestors in chains.items():
-        stmt, a, indents = _innermost_statement(module, tree, ancestors + [node])
-        groups.setdefault(id(stmt), (stmt, a, indents, set()))[3].add(node)
+        stmt, indexes, indents = _innermost_statement(module, ancestors + [node])
+        groups.setdefault(id(stmt), (stmt, indexes, indents, set()))[3].add(node)
     starts = line_starts(source)
     out: dict[cst.CSTNode, CodeRange] = {}
-    for stmt, a, indents, nodes in groups.values():
+    for stmt, indexes, indents, nodes in groups.values():
         decorated = bool(getattr(stmt, "decorators", ()))
         table, text = _generate(stmt, module, nodes | {stmt.name} if decorated else nodes, indents)
-        # The line the ``ast`` gives the statement: its ``def``/``class``
-        # line when decorated, else its first line after its leading comments.
-        first = table[stmt.name].start.line if decorated else 1 + len(stmt.leading_lines)
-        shift = a.lineno - first
-        if shift < 0 or shift + 1 >= len(starts) or not _matches(source, starts[shift + 1], text, module):
-            raise _Mismatch
+        line = _only_place(source, starts, text)
+        if line is not None:  # the statement's text starts one line only: there it is
+            shift = line - 1
+        else:  # Python's ``ast`` says where it is
+            if tree is None:
+                tree = ast.parse(source)
+            a = _ast_statement(module, tree, indexes)
+            # The line the ``ast`` gives the statement: its ``def``/``class``
+            # line when decorated, else its first line after its leading comments.
+            first = table[stmt.name].start.line if decorated else 1 + len(stmt.leading_lines)
+            shift = a.lineno - first
+            if shift < 0 or shift + 1 >= len(starts) or not _matches(source, starts[shift + 1], text, module):
+                raise _Mismatch
         for node in nodes:
             r = table[node]
             out[node] = CodeRange((r.start.line + shift, r.start.column), (r.end.line + shift, r.end.column))
