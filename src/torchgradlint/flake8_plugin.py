@@ -101,6 +101,10 @@ class Plugin:
     name = "torchgradlint"
     version = __version__
     _codes: tuple[str, ...] | None = None  # TGL codes flake8 selects; None: not decided yet
+    # Per process, for the files after the first: the prefilter specs of the
+    # selected codes, and the codes per (selection, config, ignores).
+    _specs: dict[tuple[str, ...] | None, list[Any]] = {}
+    _resolved: dict[tuple, tuple[str, ...]] = {}
 
     def __init__(self, tree: Any, lines: list[str], filename: str) -> None:
         self.tree = tree
@@ -185,8 +189,11 @@ class Plugin:
         from .prefilter import PrefilterSpec, candidate_rules
         from .registry import rule_index
 
-        specs = [PrefilterSpec(r.code, r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in rule_index()
-                 if self._codes is None or r.code in self._codes]
+        specs = self._specs.get(self._codes)
+        if specs is None:
+            specs = self._specs[self._codes] = [
+                PrefilterSpec(r.code, r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in rule_index()
+                if self._codes is None or r.code in self._codes]
         tree = self.tree if isinstance(self.tree, ast.Module) else None
         return not candidate_rules(source, specs, tree)
 
@@ -225,8 +232,15 @@ class Plugin:
             path = Path.cwd() / "-"
         cfg = find_config(path)
         if cfg is None:
-            return resolve_codes(layers)
+            key: tuple = (self._codes,)
+            if key not in self._resolved:
+                self._resolved[key] = resolve_codes(layers)
+            return self._resolved[key]
         if cfg.exclude is not None or cfg.extend_exclude:
             if cfg.excludes(path, False):  # gitignore semantics: "dir/" covers files below it
                 return ()
-        return resolve_codes(layers + [RuleLayer(ignore=cfg.rules.ignore)], cfg.ignored_selectors(path))
+        ignored = tuple(cfg.ignored_selectors(path))
+        key = (self._codes, tuple(cfg.rules.ignore), ignored)
+        if key not in self._resolved:
+            self._resolved[key] = resolve_codes(layers + [RuleLayer(ignore=cfg.rules.ignore)], ignored)
+        return self._resolved[key]
