@@ -10,12 +10,14 @@ the innermost statement around each reported node:
    generation) finds each wanted node's chain of enclosing statements;
 2. the chain is followed down through the bodies of ``def``, ``class``,
    ``for``, ``while``, ``with``, ``if`` and ``try`` blocks to the innermost
-   statement; Python's own :mod:`ast` of the same source, walked the same way
-   (statement lists correspond one to one, a line of ``;``-separated simple
-   statements counting once per statement), gives that statement's line;
+   statement;
 3. LibCST's position pass runs on that statement alone, with the indentation
-   of its enclosing blocks, and stops once the wanted nodes have their ranges;
-   its lines are shifted by the statement's place in the file.
+   of its enclosing blocks, and stops once the wanted nodes have their
+   ranges; its lines are shifted by the statement's place in the file: the
+   one line where the generated text starts in the source, or, when that
+   text starts several lines, the line Python's own :mod:`ast` of the source
+   gives the statement (statement lists correspond one to one, a line of
+   ``;``-separated simple statements counting once per statement).
 
 The result is checked, not trusted: the generated text must equal the
 source at the place computed, character for character (the positions LibCST
