@@ -217,12 +217,17 @@ def lint_source(
         return _lint_paused(source, path, rules, apply_noqa, tree, project)
 
 
+# What :meth:`ProjectIndex.prefilter_hint` can add to a file's text.
+_GRAD_HINTS = "\n# inference_mode set_grad_enabled"
+
+
 def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa: bool,
                  tree: Optional[ast.Module], project: Optional["ProjectIndex"] = None) -> LintResult:
     """:func:`lint_source`'s work, run with the cyclic collector paused."""
     active = candidate_rules(source, rules, tree)
     used: dict[str, str] = {}
-    if project is not None and len(active) < len(rules):
+    if project is not None and len(active) < len(rules) \
+            and len(candidate_rules(source + _GRAD_HINTS, rules, tree)) > len(active):
         # the prefilter sees one file: a decorator of the project that disables grad mode is spelled elsewhere
         hint = project.prefilter_hint(path, source, used)
         if hint:

@@ -273,6 +273,7 @@ class ProjectIndex:
         self.fresh: dict[str, list] = {}  # entries made or refreshed by this process, not yet saved
         self.summarised = 0  # files parsed and summarised by this process
         self._paths: dict[Path, Optional[Path]] = {}
+        self._folders: dict[Path, list[Path]] = {}
         self._stats: dict[str, Optional[list]] = {}  # per run: rel -> entry validated against the disk
         if store is not None:
             from .cache import read_json
@@ -403,6 +404,12 @@ class ProjectIndex:
 
     def _bases(self, importer: Path) -> list[Path]:
         """Folders an absolute import from ``importer`` is looked up in."""
+        found = self._folders.get(importer.parent)
+        if found is None:
+            found = self._folders[importer.parent] = self._bases_uncached(importer)
+        return found
+
+    def _bases_uncached(self, importer: Path) -> list[Path]:
         out = [importer.parent]
         top = importer.parent
         while (top / "__init__.py").is_file() and top != self.root and self.root in top.parents:
