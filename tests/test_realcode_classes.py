@@ -308,3 +308,109 @@ def test_reset_of_an_optimizer_over_the_same_parameters_covers_the_other():
 
 def test_reset_of_an_optimizer_over_other_parameters_does_not_cover():
     assert codes(LIGHTNING_TWO_OPTIMIZERS.format(a="gen", b="disc")) == [("TGL001", 14)]
+
+
+def test_objects_built_and_wrapped_in_each_iteration_need_no_reset():
+    src = """
+        import torch
+        from torch.optim import SGD
+        {outside}
+        for cfg in configs:
+            {inside}
+            optim = OptimWrapper(SGD(model.parameters(), lr=0.1))
+            model, optim = strategy.prepare(model=model, optim_wrapper=optim)
+            loss = model(data)
+            loss.backward()
+            optim.step()
+        """
+    assert codes(src.format(outside="", inside="model = ToyModel()")) == []
+    assert codes(src.format(outside="model = ToyModel()", inside="pass")) == [("TGL001", 11)]
+
+
+# -- F: library models with no mode-dependent layers -----------------------------------------------
+VAE = """
+    import torch
+    from diffusers import AutoencoderKL
+
+    def log_validation(vae, images):
+        with torch.no_grad():
+            return [vae(x).sample for x in images]
+
+    vae = AutoencoderKL.{ctor}
+    optimizer = torch.optim.AdamW(vae.parameters())
+    vae.train()
+    for x in loader:
+        loss = vae(x).sample.pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        log_validation(vae, [x])
+    """
+
+
+def test_diffusers_vae_has_no_mode_dependent_layers():
+    assert codes(VAE.format(ctor='from_pretrained("sd-vae")')) == []
+    assert codes(VAE.format(ctor="from_config(config)")) == []
+
+
+def test_diffusers_vae_built_with_dropout_is_mode_sensitive():
+    assert codes(VAE.format(ctor="from_config(config, dropout=0.1)")) == [("TGL201", 7)]
+
+
+SAMPLERS = """
+    import torch
+    from torch import nn
+
+    class StratifiedSampler(nn.Module):
+        def sample(self, t0, t1, n):
+            return torch.linspace(0, 1, n) * (t1 - t0) + t0
+
+    class Renderer(nn.Module):
+        def render(self, rays, sampler, n):
+            ts = sampler.sample(rays[0], rays[1], n)
+            return ts, make_fine_sampler(ts)
+
+        @torch.no_grad()
+        def decode(self, rays):
+            coarse = {coarse}
+            _, fine = self.render(rays, coarse, 64)
+            return self.render(rays, fine, 128)
+    """
+
+
+def test_fresh_mode_free_module_from_one_caller_and_unknown_from_another_is_silent():
+    assert codes(SAMPLERS.format(coarse="StratifiedSampler()")) == []
+
+
+def test_fresh_mode_sensitive_module_passed_by_a_caller_fires():
+    assert codes(SAMPLERS.format(coarse="nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))")) == [("TGL201", 11)]
+
+
+# -- misses: evaluation after a training helper whose step lives in another file --------------------
+D2L_PREDICT = """
+    import torch
+    from torch import nn
+    from d2l import torch as d2l
+
+    def train(net, train_iter, num_epochs, lr):
+        trainer = torch.optim.SGD(net.parameters(), lr=lr)
+        for epoch in range(num_epochs):
+            net.train()
+            for features, labels in train_iter:
+                d2l.train_batch_ch13(net, features, labels, loss, trainer, devices)
+
+    net, preds = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.LazyLinear(10)), []
+    train(net, train_valid_iter, 20, 0.1)
+    {switch}
+    for X, _ in test_iter:
+        y_hat = net(X)
+        preds.extend(y_hat.argmax(dim=1).cpu().numpy())
+    """
+
+
+def test_prediction_loop_after_a_training_helper_fires():
+    assert codes(D2L_PREDICT.format(switch="")) == [("TGL201", 16)]
+
+
+def test_prediction_loop_after_eval_is_silent():
+    assert codes(D2L_PREDICT.format(switch="net.eval()")) == []

@@ -45,6 +45,25 @@ def _flatten_targets(node: cst.BaseExpression, out: list[Target]) -> bool:
     return False
 
 
+def _parallel_pairs(node: cst.Assign) -> Optional[list[tuple[cst.BaseExpression, cst.BaseExpression]]]:
+    """``(target, value)`` pairs of a parallel assignment ``a, b = x, y``
+    (one target list, a tuple of the same length, no starred element, no
+    nested unpacking); ``None`` for any other assignment."""
+    if len(node.targets) != 1:
+        return None
+    target, value = node.targets[0].target, node.value
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)) \
+            or len(target.elements) != len(value.elements):
+        return None
+    pairs = []
+    for t, v in zip(target.elements, value.elements):
+        if isinstance(t, cst.StarredElement) or isinstance(v, cst.StarredElement) \
+                or not isinstance(t.value, (cst.Name, cst.Attribute)):
+            return None
+        pairs.append((t.value, v.value))
+    return pairs
+
+
 class _ScopeState:
     __slots__ = ("scope", "loops", "blocks", "regions", "statements")
 
@@ -293,6 +312,13 @@ class _Builder:
         ))
 
     def v_Assign(self, node: cst.Assign) -> None:
+        pairs = _parallel_pairs(node)
+        if pairs is not None:  # ``net, preds = get_net(), []``: one binding per element
+            for target, value in pairs:
+                targets = []
+                _flatten_targets(target, targets)
+                self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=value, kind="assign"))
+            return
         targets: list[Target] = []
         unpacked = False
         for t in node.targets:

@@ -236,7 +236,7 @@ class FileModel:
         self._by_scope: dict[int, tuple[list[Call], list[Assign]]] = {}
         self.memo: dict[object, object] = {}  # per-file cache for analysis queries
         # facts of the file's project (``torchgradlint.project_index.ProjectView``), ``None`` when the
-        # file is linted alone (standard input, the flake8 plugin)
+        # file is linted alone (standard input, the language server, flake8 outside a project)
         self.project: Optional[Any] = None
 
     def cached(self, key: object, factory):

@@ -335,7 +335,7 @@ _SAME_OBJECT_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double"
                                   "requires_grad_", "share_memory", "to_empty", "type"})
 
 
-def fresh_in_loop(model: FileModel, text: Optional[str], at: Call, loop: Loop, depth: int = 0) -> bool:
+def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: Loop, depth: int = 0) -> bool:
     """Whether ``text`` (an optimizer, a module or a leaf tensor) is a new
     object in every iteration of ``loop`` where ``at`` runs: bound inside
     the loop, before ``at``, by a call that builds a new object
@@ -346,14 +346,24 @@ def fresh_in_loop(model: FileModel, text: Optional[str], at: Call, loop: Loop, d
     iteration, so nothing can go stale across iterations.
 
     A method that returns its receiver (``model.to(device)``) is as new as
-    its receiver; an attribute (``self.model``) or a parameter is not new.
+    its receiver, and a wrapper call unpacked into several names
+    (``model, opt = accelerator.prepare(model, opt)``) as new as what it
+    wraps; an attribute (``self.model``) or a parameter is not new.
+    ``at`` is the call or binding where ``text`` is read.
     """
     if not text or depth > 4:
         return False
     binding = model.reaching_binding(text, at)
-    if binding is None or binding.kind not in ("assign", "annassign") or binding.unpacked \
+    if binding is None or binding.kind not in ("assign", "annassign") \
             or not loop.contains(binding.order) or binding.order > at.order:
         return False
+    if binding.unpacked:
+        # ``model, optim = strategy.prepare(model=model, optim_wrapper=optim)``:
+        # a wrapper over objects that are all new in this iteration.
+        if not isinstance(binding.value, cst.Call):
+            return False
+        wrapped = [n for a in binding.value.args if (n := dotted_name(a.value)) and model.bindings_of(n, at.scope)]
+        return bool(wrapped) and all(fresh_in_loop(model, n, binding, loop, depth + 1) for n in wrapped)
     return _fresh_value(model, text, binding.value, at, loop, depth)
 
 
