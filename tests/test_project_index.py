@@ -173,6 +173,10 @@ def test_a_project_decorator_that_wraps_inference_mode_disables_grad(tmp_path, c
     assert "timed.py" not in out  # a decorator that just calls the function changes nothing
     # without the index the decorator is foreign: grad mode unknown, nothing reported
     assert check(capsys, "--no-project-index", "main.py", "timed.py") == (0, "")
+    # TGL002 alone: the prefilter would skip the file whole (no grad-mode API spelled in it)
+    rc = main(["check", "--no-cache", "--select", "TGL002", "main.py", "timed.py"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "main.py:10:9: TGL002" in out and "timed.py" not in out
 
 
 def test_project_index_false_in_the_config_turns_it_off(tmp_path, capsys):

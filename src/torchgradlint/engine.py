@@ -226,12 +226,17 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     """:func:`lint_source`'s work, run with the cyclic collector paused."""
     active = candidate_rules(source, rules, tree)
     used: dict[str, str] = {}
-    if project is not None and len(active) < len(rules) \
-            and len(candidate_rules(source + _GRAD_HINTS, rules, tree)) > len(active):
-        # the prefilter sees one file: a decorator of the project that disables grad mode is spelled elsewhere
-        hint = project.prefilter_hint(path, source, used)
-        if hint:
-            active = candidate_rules(source + "\n#" + hint, rules, tree)
+    # The prefilter sees one file: a decorator of the project that switches grad mode off is spelled
+    # elsewhere. The rules it would revive run when the model shows such a decorator; a file the
+    # prefilter would skip whole is looked at first (Python's ``ast``, its imports resolved).
+    revivable: list[type[Rule]] = []
+    if project is not None and len(active) < len(rules):
+        revivable = [r for r in candidate_rules(source + _GRAD_HINTS, rules, tree) if r not in active]
+        if revivable and not active:
+            hint = project.prefilter_hint(path, source, used)
+            if hint:
+                active = candidate_rules(source + "\n#" + hint, rules, tree)
+                revivable = [r for r in revivable if r not in active]
     if not active:
         return LintResult([], False, [[p, d] for p, d in sorted(used.items())])
     indents: Optional[_ExpandedIndentation] = None
@@ -249,7 +254,7 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
         return LintResult([_too_deep(path, "parsed")], True)
     view = project.view(path, module, used) if project is not None else None
     try:
-        diags = _diagnostics(module, indents.text if indents else source, path, active, view)
+        diags = _diagnostics(module, indents.text if indents else source, path, active, view, revivable)
     except RecursionError:  # a rule or position pass that recurses per nesting level
         return LintResult([_too_deep(path, "analysed")], True)
     deps = view.deps() if view is not None else []
@@ -267,9 +272,13 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
 
 
 def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[type[Rule]],
-                 project: Optional["ProjectView"] = None) -> list[Diagnostic]:
-    """The findings of ``active`` on a parsed module, one per (code, line, column)."""
+                 project: Optional["ProjectView"] = None,
+                 revivable: Sequence[type[Rule]] = ()) -> list[Diagnostic]:
+    """The findings of ``active`` on a parsed module, one per (code, line, column);
+    ``revivable`` run too when a project decorator of the file switches grad mode."""
     model = build_model(module, source, path, project)
+    if revivable and project is not None and project.switches_grad:
+        active = [*active, *revivable]
     found = []
     for rule_cls in active:
         for finding in rule_cls().check(model):

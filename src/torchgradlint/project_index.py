@@ -551,6 +551,7 @@ class ProjectView:
         self.path = path
         self.relative = relative
         self.used: dict[str, str] = {}
+        self.switches_grad = False  # a decorator resolved here disables grad mode or sets it on a flag
 
     def imports_relatively(self, name: str) -> bool:
         """Whether the file binds ``name`` by a relative import."""
@@ -583,6 +584,7 @@ class ProjectView:
 
         entry = self.index.entry(target[0])
         effect = entry[3]["symbols"][target[1]][2] if entry is not None and entry[3] else None
+        self.switches_grad = self.switches_grad or effect is not None
         return Decorator({"disabled": GradMode.DISABLED, "unknown": GradMode.UNKNOWN}.get(effect))
 
     def deps(self) -> list[list[str]]:
