@@ -997,6 +997,7 @@ from . import probes_numerics  # noqa: E402,F401 - registers its probes in PROBE
 def all_probes() -> dict[str, type[Probe]]:
     """Every probe by name: :data:`PROBES` (with the numerics probes) and the
     structure probes (imported here, lazily: that module builds on this one)."""
+    from .probes_steps import STEP_PROBES
     from .probes_structure import STRUCTURE_PROBES
 
-    return {**PROBES, **STRUCTURE_PROBES}
+    return {**PROBES, **STRUCTURE_PROBES, **STEP_PROBES}

@@ -6,9 +6,11 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, Loop, is_literal, names_in
-from ..analysis.provenance import call_fact, is_module_call, provenance
-from ..analysis.steps import backward_call, covers, is_true, optimizer_modules, optimizer_step
+from ..analysis.model import Call, FileModel, Loop, argument_for, is_literal, names_in
+from ..analysis.modes import constructor_kind
+from ..analysis.names import dotted_name
+from ..analysis.provenance import State, call_fact, is_module_call, provenance
+from ..analysis.steps import backward_call, covers, is_true, optimizer_constructors, optimizer_modules, optimizer_step
 from ..analysis.training import runs_backward
 from ..analysis.tree import walk
 from ..registry import Finding, Rule
@@ -92,21 +94,21 @@ for x, y in chunks:
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         for call in model.calls:
-            loop = call.loop
-            if loop is None:
-                continue
             bw = backward_call(model, call)
             if bw is None or not is_true(bw.retain_graph):
                 continue
             create = bw.create_graph
             if create is not None and not is_literal(create, False):
                 continue  # higher-order gradients reuse the graph on purpose
-            graph = provenance(model, bw.target, call)
-            if not graph.attached or not graph.sources:
+            if call.loop is None:
+                finding = self._in_helper(model, call, bw)
+                if finding is not None:
+                    yield finding
                 continue
-            inside = _node_ids(model, loop)
-            if not any(id(src) in inside for src in graph.sources):
-                continue  # nothing is rebuilt per iteration: rows of a Jacobian over one graph
+            loop = call.loop
+            graph = provenance(model, bw.target, call)
+            if not _rebuilt_each_iteration(model, graph, bw.target, call, loop):
+                continue  # nothing is rebuilt per iteration (rows of a Jacobian over one graph), or unknown
             verdict = _later_use(model, call, graph, loop)
             if verdict is None:
                 continue  # a later backward needs the retained graph (or cannot be told)
@@ -137,6 +139,155 @@ for x, y in chunks:
                        "iteration stay in memory until the next forward pass replaces them; drop "
                        "`retain_graph=True`")
             yield Finding.from_text(call.node, msg)
+
+
+    @staticmethod
+    def _in_helper(model: FileModel, call: Call, bw) -> "Finding | None":
+        """A retaining backward in a loop-free helper that a loop calls
+        (``def update(latents, loss): torch.autograd.grad(loss, ...,
+        retain_graph=True)``): judged at each calling loop, with the target's
+        parameters bound to the call site's arguments. Fires only when the
+        helper's backward is its last one and no later backward of any calling
+        iteration uses the graph."""
+        fn = model.enclosing_function(call.scope)
+        if fn is None or fn.kind != "function":
+            return None
+        if any(runs_backward(model, c, accumulating_only=False)
+               for c in model.calls_within(call.order + 1, fn.end) if c.scope is fn):
+            return None  # a later backward in the helper may need the graph
+        params = {n.split(".")[0] for n in names_in(bw.target)} & set(fn.params)
+        sites = [site for site in model.callers_of(fn) if site.loop is not None]
+        if not sites:
+            return None
+        for site in sites:
+            if len(params) != 1:
+                return None
+            arg = argument_for(site, fn, next(iter(params)))
+            if arg is None:
+                return None
+            graph = provenance(model, arg, site)
+            if not _rebuilt_each_iteration(model, graph, arg, site, site.loop):
+                return None  # not rebuilt per iteration, or cannot be told
+            if _later_use(model, site, graph, site.loop) != "unused":
+                return None
+        what = _describe(model, bw.target)
+        return Finding.from_text(call.node, (
+            f"`retain_graph=True` keeps the graph of {what} alive although no later backward uses it: "
+            f"`{fn.name}()` is called in a loop that rebuilds the graph every iteration, so the saved tensors of "
+            "each call stay in memory until the next forward pass replaces them; drop `retain_graph=True`"))
+
+
+def _rebuilt_each_iteration(model: FileModel, graph, target, at: Call, loop: Loop) -> bool:
+    """Whether the graph backpropagated from ``target`` at ``at`` is built
+    anew in every iteration of ``loop``: its known sources lie in the loop;
+    or, when the evaluator cannot tell where the graph comes from (a loss
+    read from attention maps captured by hooks), every name the target
+    reads may only come from bindings in the loop before ``at`` that compute
+    a value (a backward target always carries a graph, else backward
+    raises)."""
+    inside = _node_ids(model, loop)
+    scope_ids = _scope_node_ids(model, at.scope)
+    if (any(id(src) in scope_ids and id(src) not in inside and not _same_file_call(model, src)
+            for src in graph.sources)
+            or _reads_pre_loop_graph(model, target, at, loop, strict=graph.state is not State.UNKNOWN)) \
+            and _carried(model, target, at, loop) is None:
+        # A prefix of the graph is built before the loop (one forward whose
+        # slices each iteration backpropagates, a distribution, Hessian rows of
+        # a gradient taken with create_graph=True): every backward goes through
+        # it, so it must be retained.
+        return False
+    if graph.attached and graph.sources:
+        return any(id(src) in inside for src in graph.sources)
+    if graph.state is not State.UNKNOWN or graph.weak:
+        return False
+    names = [n for n in names_in(target) if "." not in n]
+    if not names:
+        return False
+    for name in names:
+        bindings = model.reaching_bindings(name, at)
+        if not bindings or any(
+                not loop.contains(b.order) or b.order > at.order or b.kind not in ("assign", "annassign")
+                or not isinstance(b.value, (cst.Call, cst.BinaryOperation, cst.UnaryOperation, cst.Subscript))
+                for b in bindings):
+            return False
+    return True
+
+
+# torch objects that hold no graph (a GradScaler, an optimizer, a data loader).
+_NO_GRAPH_OBJECTS = ("torch.amp.", "torch.cuda.amp.", "torch.optim.", "torch.utils.data.")
+
+
+def _same_file_call(model: FileModel, node) -> bool:
+    """Whether ``node`` calls a same-file function (whose returned graph the
+    evaluator only approximates)."""
+    fact = call_fact(model, node)
+    return fact is not None and bool(model.resolve_callee(fact))
+
+
+def _value_names(node) -> set[str]:
+    """Dotted names ``node`` reads as values: operands, arguments and method
+    receivers, not the functions or modules it calls (``model`` in
+    ``model(x)``)."""
+    found: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            d = dotted_name(n)
+            if d:
+                found.add(d.split(".")[0])
+                continue
+        if isinstance(n, cst.Call):
+            todo += [a.value for a in n.args]
+            if isinstance(n.func, cst.Attribute):
+                todo.append(n.func.value)  # ``dist.log_prob(y)``: the receiver's value flows in
+            elif not isinstance(n.func, cst.Name):
+                todo.append(n.func)
+            continue
+        todo += [c for c in n.children if isinstance(c, cst.CSTNode)]
+    return found
+
+
+def _reads_pre_loop_graph(model: FileModel, target, at: Call, loop: Loop, *, strict: bool = True) -> bool:
+    """Whether the backpropagated value reads, through bindings made in the
+    loop, a value computed before the loop that may hold a graph (not a
+    constant, a bare leaf, a module or an optimizer): ``dist =
+    Categorical(logits=x)`` whose ``log_prob`` each iteration
+    backpropagates, ``flat_dy`` of a ``create_graph=True`` gradient.
+    ``strict``: only values known to carry graph sources count; otherwise
+    (for a target of unknown origin) any computed, non-constant value does."""
+    todo = [(n, at, 0) for n in _value_names(target)]
+    seen: set[str] = set()
+    while todo:
+        name, point, depth = todo.pop()
+        if name in seen or depth > 4 or name in ("self", "cls"):
+            continue
+        seen.add(name)
+        for b in model.reaching_bindings(name, point):
+            if b.kind not in ("assign", "annassign") or b.value is None:
+                continue
+            if loop.contains(b.order):
+                todo += [(n, b, depth + 1) for n in _value_names(b.value)]
+                continue
+            if not isinstance(b.value, cst.Call) or constructor_kind(model, b.value) is not None \
+                    or optimizer_constructors(model).get(name) is b \
+                    or (model.qualname(b.value.func) or "").startswith(_NO_GRAPH_OBJECTS):
+                continue
+            p = provenance(model, b.value, b)
+            if p.weak or p.detached or _same_file_call(model, b.value):
+                continue
+            if p.sources or (not strict and not p.attached):
+                return True  # a graph built before the loop (or, for an unknown target, maybe one)
+    return False
+
+
+def _scope_node_ids(model: FileModel, scope) -> frozenset[int]:
+    """Ids of every node of ``scope``'s own definition (memoised per scope)."""
+    key = ("scope-node-ids", id(scope))
+    found = model.memo.get(key)
+    if found is None:
+        found = model.memo[key] = frozenset(id(n) for n in walk(scope.node))
+    return found  # type: ignore[return-value]
 
 
 def _node_ids(model: FileModel, loop: Loop) -> frozenset[int]:
