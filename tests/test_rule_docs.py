@@ -68,7 +68,7 @@ def test_docs_use_instead_is_silent(rule):
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
 def test_rule_with_fixtures_declares_a_harness_probe(rule):
-    from torchgradlint.harness.probes import all_probes  # imports torch, a test dependency
+    from torchgradlint.harness.probe_registry import all_probes  # imports torch, a test dependency
 
     PROBES = all_probes()
 
