@@ -16,7 +16,7 @@ RULES = (
     ('TGL102', 'retain-graph-in-loop', True, (('retain_graph',),), True, False),
     ('TGL103', 'no-grad-not-entered', True, (('no_grad', 'inference_mode', 'enable_grad'),), False, False),
     ('TGL104', 'ctx-tensor-attribute', True, (('Function',), ('ctx', 'backward')), False, False),
-    ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward'),), False, False),
+    ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward', '.train('),), False, False),
     ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'scaled_dot_product_attention'),), False, False),
     ('TGL303', 'softmax-into-ce-loss', True, (('softmax', 'Softmax', 'sigmoid', 'Sigmoid', 'expit'), ('cross_entropy', 'CrossEntropyLoss', 'nll_loss', 'NLLLoss', 'with_logits', 'WithLogits', 'log(', '.log()', 'log as')), False, False),
     ('TGL304', 'gradcheck-float32', True, (('gradcheck',),), False, False),
