@@ -97,7 +97,8 @@ def main() -> None:
     print(f"small CNN, batch 32, {args.steps} steps x {args.rounds} rounds, torch {torch.__version__}, "
           f"{args.threads} thread(s), CPU")
     print("CPU time of this process per step (time.process_time)")
-    print(f"{'configuration':<18} {'ms/step (median)':>17} {'min':>8} {'max':>8} {'ratio':>7} {'per-round ratio':>16}")
+    print("| configuration | ms/step (median) | min | max | ratio (medians) | per-round ratio (median) |")
+    print("|---|---|---|---|---|---|")
     for name, ts in times.items():
         med = statistics.median(ts)
         paired = statistics.median(t / b for t, b in zip(ts, times["baseline"]))

@@ -15,6 +15,7 @@ from torchgradlint.harness.probe_registry import all_probes  # noqa: E402
 from torchgradlint.harness.probes_numerics import produced_by  # noqa: E402
 from torchgradlint.harness.probes_structure import random_in_eval  # noqa: E402
 from torchgradlint.harness.worker import measure  # noqa: E402
+from test_probes_structure import TRAIN as STRUCTURE_TRAIN  # noqa: E402
 
 
 class CountingProbe(Probe):
@@ -138,19 +139,7 @@ def test_produced_by_follows_views_and_copies_only():
 
 
 # -- each probe names the line, in a harness run -----------------------------------------------
-TRAIN = """
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-def train(model, steps, params=None):
-    opt = torch.optim.SGD(params if params is not None else model.parameters(), lr=0.1)
-    for _ in range(steps):
-        opt.zero_grad()
-        model(torch.randn(8, 4)).pow(2).mean().backward()
-        opt.step()
-"""
+TRAIN = "import torch.nn.functional as F\n" + STRUCTURE_TRAIN  # train(model, steps, params=None)
 
 
 def measured(tmp_path, body: str, probe: str) -> tuple[dict, dict]:
