@@ -112,7 +112,8 @@ class DiscardedGradientProbe(Probe):
 
     def _hook(self, p: torch.Tensor) -> None:
         pid = id(p)
-        if pid in self._hooked or not p.requires_grad or not p.is_leaf:
+        if pid in self._hooked or not p.requires_grad or not p.is_leaf or \
+                isinstance(p, torch.nn.parameter.UninitializedParameter):  # a lazy module before its first forward
             return
         ref = weakref.ref(p)
 
