@@ -12,11 +12,9 @@ import os
 import re
 import threading
 import tokenize
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import libcst as cst
-from libcst.metadata import CodeRange
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .analysis import build_model
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file, split_message
@@ -25,6 +23,7 @@ from .lines import bytes_readline, split_lines
 from .noqa import NoqaFilter
 from .cells import foreign_spans, in_spans
 from .notebook import JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells
+from .positions import node_ranges
 from .prefilter import candidate_rules
 from .registry import Rule
 
@@ -230,7 +229,8 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     except RecursionError:
         return LintResult([_too_deep(path, "parsed")], True)
     try:
-        diags = _diagnostics(module, indents.text if indents else source, path, active)
+        diags = _diagnostics(module, indents.text if indents else source, path, active,
+                             tree if indents is None else None)
     except RecursionError:  # a rule or position pass that recurses per nesting level
         return LintResult([_too_deep(path, "analysed")], True)
     if diags and "%%" in source:
@@ -246,8 +246,10 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     return LintResult(out, True)
 
 
-def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[type[Rule]]) -> list[Diagnostic]:
-    """The findings of ``active`` on a parsed module, one per (code, line, column)."""
+def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[type[Rule]],
+                 tree: Optional[ast.Module] = None) -> list[Diagnostic]:
+    """The findings of ``active`` on a parsed module, one per (code, line,
+    column); ``tree``: Python's ``ast`` of ``source``, when the caller has it."""
     model = build_model(module, source, path)
     found = []
     for rule_cls in active:
@@ -255,7 +257,8 @@ def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[ty
             found.append((rule_cls, finding))
     if not found:
         return []
-    positions = _positions(module, {f.node for _, f in found} | {f.fix[0] for _, f in found if f.fix is not None})
+    wanted = {f.node for _, f in found} | {f.fix[0] for _, f in found if f.fix is not None}
+    positions = node_ranges(module, wanted, source, tree)
     diags: dict[tuple, Diagnostic] = {}
     for rule_cls, finding in found:
         rng = positions[finding.node]
@@ -271,65 +274,6 @@ def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[ty
                        rng.end.line, rng.end.column + 1, fix, detail=detail or None)
         diags.setdefault((d.code, d.line, d.col), d)
     return list(diags.values())
-
-
-class _AllFound(Exception):
-    """Raised inside the position pass once every wanted node has its range."""
-
-
-_NO_RANGE = CodeRange((1, 0), (1, 0))
-
-
-class _WantedRanges(dict):
-    """The provider's node -> range table; stops the pass (:class:`_AllFound`)
-    as soon as every wanted node is in it. A node's first range is final
-    (the provider writes the syntactic range, then never overwrites it), and
-    a node is written when its code is complete, so the nodes still open when
-    the pass stops are none of the wanted ones: while the stop unwinds them,
-    their lookups get a placeholder and their writes are ignored."""
-
-    def __init__(self, wanted: "set[cst.CSTNode]") -> None:
-        super().__init__()
-        self.missing = set(wanted)
-        self.done = not self.missing
-
-    def __setitem__(self, node: cst.CSTNode, rng: CodeRange) -> None:
-        if self.done:
-            return
-        super().__setitem__(node, rng)
-        if node in self.missing:
-            self.missing.discard(node)
-            if not self.missing:
-                self.done = True
-                raise _AllFound
-
-    def __missing__(self, node: cst.CSTNode) -> CodeRange:
-        if self.done:
-            return _NO_RANGE
-        raise KeyError(node)
-
-
-def _positions(module: cst.Module, wanted: "set[cst.CSTNode]") -> "Mapping[cst.CSTNode, CodeRange]":
-    """The :class:`~libcst.metadata.CodeRange` (``PositionProvider``'s) of
-    every node in ``wanted`` (and of the nodes before them).
-
-    The provider's one code-generation pass is run directly, and stopped once
-    the last wanted node has its range: through ``MetadataWrapper.resolve``
-    the positions of a whole tree cost about twice as much (238 vs 118 ms on a
-    500-line file with 8 findings; the wrapper adds a visit of the whole
-    tree), and for a file with findings positions were two thirds of its
-    lint. Falls back to the wrapper should LibCST's provider internals change.
-    """
-    provider = PositionProvider()
-    table = _WantedRanges(wanted)
-    try:
-        provider._computed = table
-        provider._gen_impl(module)
-    except _AllFound:
-        pass
-    except AttributeError:  # pragma: no cover - a LibCST without these internals
-        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return table
 
 
 def _too_deep(path: str, what: str) -> Diagnostic:

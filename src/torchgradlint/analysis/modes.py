@@ -106,6 +106,7 @@ class _Cache:
     modes: dict = field(default_factory=dict)
     sensitive: dict = field(default_factory=dict)
     forwards: dict = field(default_factory=dict)
+    instances: dict = field(default_factory=dict)
 
 
 def _cache(model: FileModel) -> _Cache:
@@ -185,7 +186,14 @@ def module_names(model: FileModel) -> frozenset[str]:
 def instance_class(model: FileModel, text: str) -> Optional[str]:
     """The same-file module class that every constructor binding of the
     dotted name ``text`` instantiates (``self.head = Head(...)`` -> ``Head``),
-    or ``None``."""
+    or ``None``. Memoised per file (the provenance asks it for every module call)."""
+    memo = _cache(model).instances
+    if text not in memo:
+        memo[text] = _instance_class(model, text)
+    return memo[text]
+
+
+def _instance_class(model: FileModel, text: str) -> Optional[str]:
     found: set[str] = set()
     for a in model.assigns:
         if a.kind not in ("assign", "annassign") or a.unpacked or not a.binds(text):
