@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 from . import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Optional
+
     from .limits import Budget
+    from .project_index import ProjectIndex
+
+_MARKERS: dict[str, bool] = {}  # folder -> holds a project marker, for this flake8 process
+_CACHE: dict[str, Any] = {}  # "default" -> the cache folder the project index's summaries live in
 
 
 _SELECTOR_OPTIONS = ("select", "extend_select", "ignore", "extend_ignore")
@@ -177,15 +183,19 @@ class Plugin:
             return
         if not codes:
             return
+        project = self._project()
         result = engine.lint_source(source, self.filename, [get_rule(c) for c in codes], apply_noqa=False,
-                                    tree=self.tree if isinstance(self.tree, ast.Module) else None)
+                                    tree=self.tree if isinstance(self.tree, ast.Module) else None, project=project)
+        if project is not None and project.fresh:
+            project.save(_CACHE["default"])
         for d in result.diagnostics:
             yield d.line, d.col - 1, f"{d.code} {d.message}", type(self)
 
     def _ruled_out(self, source: str) -> bool:
         """Whether the prefilter rules the file out for every selected code,
         decided on :mod:`torchgradlint.rule_index`: no rule, no LibCST and no
-        analysis is imported for such a file."""
+        analysis is imported for such a file (unless a decorator of the file
+        must be looked up in the project index)."""
         from .prefilter import PrefilterSpec, candidate_rules
         from .registry import rule_index
 
@@ -195,7 +205,38 @@ class Plugin:
                 PrefilterSpec(r.code, r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in rule_index()
                 if self._codes is None or r.code in self._codes]
         tree = self.tree if isinstance(self.tree, ast.Module) else None
-        return not candidate_rules(source, specs, tree)
+        if candidate_rules(source, specs, tree):
+            return False
+        project = self._project() if "@" in source else None
+        hint = project.prefilter_hint(self.filename, source, {}) if project is not None else ""
+        return not (hint and candidate_rules(source + "\n#" + hint, specs, tree))
+
+    def _project(self) -> "Optional[ProjectIndex]":
+        """The project index of this file: the one of the nearest folder
+        with a ``pyproject.toml``/``setup.py``/``setup.cfg``/``.git``, its
+        summaries read from (and new ones written to) the default cache
+        folder, one per process (:func:`torchgradlint.project_index.open_index`);
+        ``None`` for standard input, outside a project, or when the config
+        says ``project-index = false``. A malformed config gives ``None``
+        (:meth:`selected_codes` reports it)."""
+        if self.filename in ("-", "stdin", ""):
+            return None
+        from .cache import Cache
+        from .config import ConfigError, Settings
+        from .project_index import find_root, open_index, store_path
+
+        try:
+            if not Settings().uses_project_index(self.filename):
+                return None
+        except ConfigError:
+            return None
+        root = find_root(self.filename, memo=_MARKERS)
+        if root is None:
+            return None
+        cache = _CACHE.get("default")
+        if cache is None:
+            cache = _CACHE["default"] = Cache.default()  # its fingerprint stats the package: once per process
+        return open_index(root, store_path(cache, root))
 
     def _budget(self) -> "Budget":
         """The size budget of this file: its ``[tool.torchgradlint]``

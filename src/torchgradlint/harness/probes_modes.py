@@ -28,7 +28,9 @@ from typing import Any, Optional
 import torch
 
 from . import instrument
-from .probes import GRAD_MODE_ERRORS, Measurement, Probe, _finding
+from .probe_base import Measurement, Probe
+from .probe_base import finding as _finding
+from .probes import GRAD_MODE_ERRORS
 from .probes_structure import _tensors, _TopLevelCalls
 
 # --------------------------------------------------------------------------------------------------
