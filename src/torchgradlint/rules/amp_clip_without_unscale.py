@@ -124,7 +124,7 @@ unscale twice.
                 yield Finding(
                     clip.call.node,
                     f"`{fn}` clips gradients scaled by `{scaler}.scale(...)` with no `{scaler}.unscale_` first",
-                    detail=(f"the gradients are still multiplied by the loss scale (65536 at the start), so the "
+                    detail=(f"The gradients are still multiplied by the loss scale (65536 at the start), so the "
                             f"threshold applies to scaled gradients and, once `{scaler}.step` unscales them, the "
                             f"update is clipped to threshold/scale (measured: applied norm 1.53e-5 for "
-                            f"max_norm=1.0); call `{scaler}.unscale_(optimizer)` before clipping"))
+                            f"max_norm=1.0); call `{scaler}.unscale_(optimizer)` before clipping."))

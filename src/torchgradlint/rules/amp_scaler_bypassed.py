@@ -129,13 +129,13 @@ for x, y in loader:
             unscaled = any(e.kind == "unscale" and back.key < e.key < step.key for e in events)
             if unscaled:
                 message = f"`{opt}.step()` after `{scaler}.unscale_`: the scaler's inf/NaN check is bypassed"
-                detail = (f"a plain step applies gradients that hold inf/NaN (which `{scaler}.step` would skip) and "
-                          f"the parameters become non-finite; call `{scaler}.step({opt})` then `{scaler}.update()`")
+                detail = (f"A plain step applies gradients that hold inf/NaN (which `{scaler}.step` would skip) and "
+                          f"the parameters become non-finite; call `{scaler}.step({opt})` then `{scaler}.update()`.")
             else:
                 message = f"`{opt}.step()` applies gradients scaled by `{scaler}.scale(...)`"
-                detail = (f"the gradients are still multiplied by the loss scale (65536 at the start): measured, an "
+                detail = (f"The gradients are still multiplied by the loss scale (65536 at the start): measured, an "
                           f"update 65536x too large and NaN parameters; call `{scaler}.step({opt})` then "
-                          f"`{scaler}.update()`")
+                          f"`{scaler}.update()`.")
             yield Finding(step.call.node, message, detail=detail)
 
     @staticmethod
@@ -151,9 +151,9 @@ for x, y in loader:
                 continue
             scaler = step.scaler or "scaler"
             yield Finding(step.call.node, f"`{scaler}.step()` in a training loop that never calls `{scaler}.update()`",
-                          detail=("the second iteration raises `step() has already been called since the last "
+                          detail=("The second iteration raises `step() has already been called since the last "
                                   "update()`, and the scale never adapts; call "
-                                  f"`{scaler}.update()` after the last `{scaler}.step(...)` of each iteration"))
+                                  f"`{scaler}.update()` after the last `{scaler}.step(...)` of each iteration."))
 
 
 def _training_loop(step: AmpEvent, events: list[AmpEvent]) -> Optional[Loop]:
