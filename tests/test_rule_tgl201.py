@@ -345,7 +345,9 @@ with torch.no_grad():
 def test_prefilter_keeps_every_grad_mode_spelling():
     for token in ("no_grad", "inference_mode", "set_grad_enabled"):
         assert NoGradWithoutEval.may_fire(f"with torch.{token}(): pass")
-    assert not NoGradWithoutEval.may_fire("model.train()\nmodel(x)")
+    # an explicit ``.train()`` is training evidence for an evaluation loop without no_grad
+    assert NoGradWithoutEval.may_fire("model.train()\nfor x in loader:\n    model(x)")
+    assert not NoGradWithoutEval.may_fire("model.eval()\nmodel(x)")
 
 
 def test_self_train_in_a_non_module_class_is_no_evidence():

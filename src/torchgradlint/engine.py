@@ -23,7 +23,8 @@ from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_fil
 from .limits import DEFAULT_BUDGET, Budget, size_diagnostic
 from .lines import bytes_readline, split_lines
 from .noqa import NoqaFilter
-from .notebook import is_notebook, map_to_cells, read_notebook
+from .cells import foreign_spans, in_spans
+from .notebook import JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells
 from .prefilter import candidate_rules
 from .registry import Rule
 
@@ -232,6 +233,9 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
         diags = _diagnostics(module, indents.text if indents else source, path, active)
     except RecursionError:  # a rule or position pass that recurses per nesting level
         return LintResult([_too_deep(path, "analysed")], True)
+    if diags and "%%" in source:
+        spans = foreign_spans(source)  # cells written for another framework
+        diags = [d for d in diags if not in_spans(d.line, spans)]
     if not diags:
         return LintResult([], True)
     if indents is not None:
@@ -420,8 +424,29 @@ def lint_data(data: bytes, path: str, rules: Sequence[type[Rule]], *,
         joined = read_notebook(data, path)
         if isinstance(joined, LintResult):
             return joined
-        return map_to_cells(lint_source(joined.source, path, rules), joined)
+        return map_to_cells(_lint_notebook(joined, path, rules), joined)
     return lint_bytes(data, path, rules)
+
+
+def _lint_notebook(joined: JoinedSource, path: str, rules: Sequence[type[Rule]]) -> LintResult:
+    """Lint a notebook's joined cells. When the program does not parse, the
+    cells that do not compile on their own get one ``TGL000`` each and the
+    others are still linted (a placeholder exercise cell must not silence
+    the whole notebook)."""
+    result = lint_source(joined.source, path, rules)
+    if not any(d.code == PARSE_ERROR_CODE for d in result.diagnostics):
+        return result
+    bad = unparsable_cells(joined)
+    starts = joined.cell_starts()
+    if not bad or len(bad) == len(starts):
+        return result
+    rest = lint_source(joined.blank_cells(set(bad)).source, path, rules)
+    if any(d.code == PARSE_ERROR_CODE for d in rest.diagnostics):
+        return result
+    errors = [Diagnostic(PARSE_ERROR_CODE, f"cell {cell} could not be parsed, so it was not linted: {msg}",
+                         path, starts[cell] + line - 1, col, starts[cell] + line - 1, col)
+              for cell, (line, col, msg) in sorted(bad.items())]
+    return LintResult(sorted(errors + rest.diagnostics, key=lambda d: d.sort_key), True)
 
 
 def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None,

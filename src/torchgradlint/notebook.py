@@ -17,12 +17,14 @@ notebook that is not valid JSON, or not shaped like a notebook, gives one
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
+from .cells import foreign_cell
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, LintResult
 from .lines import split_lines
 
@@ -99,6 +101,24 @@ class JoinedSource:
     source: str
     origin: list[tuple[int, int]]
 
+    def cell_starts(self) -> dict[int, int]:
+        """``cell -> first joined line`` (1-based) of every cell with lines."""
+        starts: dict[int, int] = {}
+        for i, (cell, _) in enumerate(self.origin, start=1):
+            starts.setdefault(cell, i)
+        return starts
+
+    def cell_source(self, cell: int) -> str:
+        """The (magic-neutralised) source of one cell, as joined."""
+        lines = self.source.split("\n")
+        return "".join(lines[i] + "\n" for i, (c, _) in enumerate(self.origin) if c == cell)
+
+    def blank_cells(self, cells: "set[int]") -> "JoinedSource":
+        """The same program with ``cells`` replaced by blank lines (same line numbers)."""
+        lines = self.source.split("\n")
+        kept = ["" if self.origin[i][0] in cells else line for i, line in enumerate(lines[:len(self.origin)])]
+        return JoinedSource("".join(line + "\n" for line in kept), self.origin)
+
     def locate(self, line: int) -> tuple[int, int]:
         """``(cell, line in cell)`` of a 1-based joined line (clamped)."""
         if not self.origin:
@@ -107,11 +127,15 @@ class JoinedSource:
 
 
 def join_cells(cells: Sequence[str]) -> JoinedSource:
-    """Join code cells into one program with magics neutralised."""
+    """Join code cells into one program with magics neutralised and the cells
+    of another framework (:mod:`torchgradlint.cells`) blanked."""
     lines: list[str] = []
     origin: list[tuple[int, int]] = []
     for n, cell in enumerate(cells, start=1):
-        for i, line in enumerate(_python_lines(cell), start=1):
+        cell_lines = _python_lines(cell)
+        if foreign_cell(cell_lines):  # another framework's cell: kept as blank lines
+            cell_lines = [""] * len(cell_lines)
+        for i, line in enumerate(cell_lines, start=1):
             lines.append(line)
             origin.append((n, i))
     return JoinedSource("".join(line + "\n" for line in lines), origin)
@@ -231,3 +255,22 @@ def json_region(positions: dict[tuple[int, int], tuple[int, int, str]],
         return offset + len(prefix) - 1 + 1  # after the quote, minus the prefix's closing quote; 1-based
 
     return start[0], col(start, d.col), end[0], col(end, d.end_col)
+
+
+#: top-level ``await`` is valid in a notebook cell (IPython runs it)
+_COMPILE_FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+
+def unparsable_cells(joined: JoinedSource) -> dict[int, tuple[int, int, str]]:
+    """Cells that do not compile on their own: ``cell -> (line in cell,
+    column, message)`` from Python's compiler (a ``# TODO`` exercise cell, a
+    half-written statement). The other cells can still be linted."""
+    bad: dict[int, tuple[int, int, str]] = {}
+    for cell in joined.cell_starts():
+        try:
+            compile(joined.cell_source(cell), f"<cell {cell}>", "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
+        except SyntaxError as err:
+            bad[cell] = (err.lineno or 1, err.offset or 1, err.msg)
+        except (ValueError, RecursionError, MemoryError) as err:
+            bad[cell] = (1, 1, str(err) or type(err).__name__)
+    return bad

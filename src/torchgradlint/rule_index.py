@@ -16,7 +16,7 @@ RULES = (
     ('TGL102', 'retain-graph-in-loop', True, (('retain_graph',),), True, False),
     ('TGL103', 'no-grad-not-entered', True, (('no_grad', 'inference_mode', 'enable_grad'),), False, False),
     ('TGL104', 'ctx-tensor-attribute', True, (('Function',), ('ctx', 'backward')), False, False),
-    ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward'),), False, False),
+    ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward', '.train('),), False, False),
     ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'scaled_dot_product_attention'),), False, False),
     ('TGL301', 'amp-clip-without-unscale', True, (('scale',), ('clip_grad',)), True, False),
     ('TGL302', 'amp-scaler-bypassed', True, (('scale',), ('step',)), False, False),

@@ -45,6 +45,25 @@ def _flatten_targets(node: cst.BaseExpression, out: list[Target]) -> bool:
     return False
 
 
+def _parallel_pairs(node: cst.Assign) -> Optional[list[tuple[cst.BaseExpression, cst.BaseExpression]]]:
+    """``(target, value)`` pairs of a parallel assignment ``a, b = x, y``
+    (one target list, a tuple of the same length, no starred element, no
+    nested unpacking); ``None`` for any other assignment."""
+    if len(node.targets) != 1:
+        return None
+    target, value = node.targets[0].target, node.value
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)) \
+            or len(target.elements) != len(value.elements):
+        return None
+    pairs = []
+    for t, v in zip(target.elements, value.elements):
+        if isinstance(t, cst.StarredElement) or isinstance(v, cst.StarredElement) \
+                or not isinstance(t.value, (cst.Name, cst.Attribute)):
+            return None
+        pairs.append((t.value, v.value))
+    return pairs
+
+
 class _ScopeState:
     __slots__ = ("scope", "loops", "blocks", "regions", "statements")
 
@@ -207,6 +226,9 @@ class _Builder:
             call = expr if isinstance(expr, cst.Call) else None
             qn = self.m.qualname(call.func if call else expr)
             mode = grad_mode.classify(qn, call)
+            if mode is None:
+                mode = grad_mode.other_decorator(qn or dotted_name(call.func if call else expr) or "",
+                                                 bool(self.m.functions.get(qn or "")))
             if mode is not None:
                 scope.decorator_region = Region(node, mode, "decorator", qn or "", self.n)
         if cls is not None:
@@ -290,6 +312,13 @@ class _Builder:
         ))
 
     def v_Assign(self, node: cst.Assign) -> None:
+        pairs = _parallel_pairs(node)
+        if pairs is not None:  # ``net, preds = get_net(), []``: one binding per element
+            for target, value in pairs:
+                targets = []
+                _flatten_targets(target, targets)
+                self.m.assigns.append(Assign(**self._loc(), node=node, targets=targets, value=value, kind="assign"))
+            return
         targets: list[Target] = []
         unpacked = False
         for t in node.targets:

@@ -60,3 +60,40 @@ def classify(qualname: Optional[str], call: Optional[cst.Call]) -> Optional[Grad
     if flag is None:
         return GradMode.UNKNOWN
     return GradMode.ENABLED if flag else GradMode.DISABLED
+
+
+#: decorators that run the function as it is (or not at all): they cannot
+#: change grad mode. Matched on the qualified name's first component, or the
+#: whole name for builtins.
+_TRANSPARENT_DECORATORS = frozenset({
+    "staticmethod", "classmethod", "property", "functools", "abc", "typing", "typing_extensions", "contextlib",
+    "dataclasses", "atexit", "pytest", "unittest", "parameterized", "hypothesis", "click", "typer", "fire",
+    "hydra", "numba", "jax", "tf", "tensorflow", "wandb", "ray", "deprecated", "overload", "override", "cache",
+    "lru_cache", "wraps", "cached_property", "abstractmethod", "contextmanager", "dataclass", "total_ordering",
+    "singledispatch", "register", "jit", "script", "compile", "export", "app", "router", "task", "retry",
+})
+
+
+def other_decorator(name: str, same_file: bool) -> Optional[GradMode]:
+    """The grad mode a decorator that is not a grad-mode API may impose on the
+    function it decorates.
+
+    ``name`` is its qualified (or dotted) name. A decorator named after a
+    grad-mode API (``@smart_inference_mode()``, ``@torch_no_grad``) wraps
+    the function in it: ``DISABLED``. A standard decorator that calls the
+    function as it is (``functools.wraps``, ``staticmethod``, ``torch.jit``,
+    ``pytest`` marks...) or one defined in the same file: ``None`` (no
+    change). Any other decorator from elsewhere may run the function under
+    any grad mode: ``UNKNOWN``, so nothing inside is judged as certainly
+    grad-enabled through its callers.
+    """
+    last = name.rsplit(".", 1)[-1].lower()
+    if "inference_mode" in last or "no_grad" in last:
+        return GradMode.DISABLED
+    if not name or same_file:
+        return None
+    if name.startswith("torch."):
+        return None  # torch's grad-mode APIs are classified above; the rest keep the mode
+    if name.split(".", 1)[0] in _TRANSPARENT_DECORATORS or last in _TRANSPARENT_DECORATORS:
+        return None
+    return GradMode.UNKNOWN

@@ -18,8 +18,9 @@ Vocabulary:
   so it is in training mode unless an ``EVAL`` came first), ``UNKNOWN``
   (``M.train(flag)`` with a non-literal flag; ``M.train()`` or a part's
   ``M.part.eval()``/``M.part.train()`` made while grad is disabled, a
-  deliberate evaluation-time choice), or the final event of a
-  same-file helper the module is passed to;
+  deliberate evaluation-time choice), ``BUILT`` (a constructor call that
+  binds ``M`` to a new module, which starts in training mode), or the final
+  event of a same-file helper the module is passed to;
 - :func:`modes_at` answers "which of these may be the latest event before
   this call", following loop wrap-around (events later in an enclosing loop
   body precede the next iteration) and, on function entry, the same-file
@@ -39,12 +40,14 @@ import libcst as cst
 from .model import Call, FileModel, GradMode, Scope, is_literal
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
+from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
 
 EVAL = "eval"
 TRAIN = "train"
 TRAINED = "trained"
+BUILT = "built"
 UNKNOWN = "unknown"
-TRAINING_KINDS = frozenset({TRAIN, TRAINED})
+TRAINING_KINDS = frozenset({TRAIN, TRAINED, BUILT})
 
 _MAX_DEPTH = 3
 _MODULE_METHODS = frozenset({"parameters", "named_parameters", "eval", "modules", "named_modules", "buffers",
@@ -57,12 +60,10 @@ _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 _PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                            "torch.nn.parallel.DistributedDataParallel", "torch.jit.script"})
-# Layers whose forward depends on ``training``.
 # Names that hold a module by convention (``model``, ``net``, ``self.encoder``...).
 MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
     r"|netG|netD|net_g|net_d)(_?\d+)?$|^\w+_(model|net)$")
-_MODE_LAYER = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
 # Source tokens that make a class's forward depend on ``training``.
 _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|\bdropout|batch_norm|"
                           r"\.training\b|track_running_stats")
@@ -82,7 +83,7 @@ class ModeEvent:
     """Something that sets (or shows) a module's mode, at ``call`` in its scope.
 
     ``kind`` is one of :data:`EVAL`, :data:`TRAIN`, :data:`TRAINED`,
-    :data:`UNKNOWN`.
+    :data:`BUILT`, :data:`UNKNOWN`.
     """
 
     call: Call
@@ -232,7 +233,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
     qn = model.qualname(node.func) or ""
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn."):
-        if _MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
+        if MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
                                            and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                                            for a in node.args):
             return True
@@ -246,6 +247,10 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
         return False
     if "." not in qn and last in model.classes:
         return _class_sensitive(model, last, set())
+    cls = qn.rsplit(".", 1)[0] if last in CLASS_FACTORIES else qn
+    if cls in MODE_FREE_LIBRARY_CLASSES:
+        return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
+                   for a in node.args)
     return True
 
 
@@ -536,7 +541,7 @@ def _entry_modes(model: FileModel, scope: Scope, text: str, depth: int) -> froze
 def _constructions(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
     """Constructor calls in ``scope`` that bind ``text`` to a new module,
     each with the mode it starts in: a module is constructed in training mode
-    (``TRAIN``) unless the same expression puts it in eval mode
+    (``BUILT``) unless the same expression puts it in eval mode
     (``Net().eval()``). ``from_pretrained`` loaders are not constructors here:
     transformers and diffusers return their models in eval mode."""
     out: dict[int, str] = {}
@@ -546,7 +551,7 @@ def _constructions(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
         inner = unwrap(a.value)
         if isinstance(inner, cst.Call) and (model.qualname(inner.func) or "") in _PASS_THROUGH:
             continue  # ``DataParallel(model)``: a wrapper keeps the wrapped module's mode
-        kind = TRAIN
+        kind = BUILT
         node = a.value
         while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
                 and node.func.attr.value in _WRAPPERS:
@@ -578,7 +583,7 @@ def _attribute_state(model: FileModel, scope: Scope, text: str) -> frozenset[str
         kinds |= set(_constructions(model, method, text).values())
         zoo = zoo or any(a.kind in ("assign", "annassign") and constructor_kind(model, a.value) == "zoo"
                          for a in model.bindings_of(text, method))
-    if kinds != {TRAIN} or not zoo:
+    if kinds != {BUILT} or not zoo:
         # Only a pretrained backbone from a model zoo is evidence: a submodule
         # of the class itself follows the mode its caller sets on the parent.
         return frozenset()
@@ -587,7 +592,7 @@ def _attribute_state(model: FileModel, scope: Scope, text: str) -> frozenset[str
         recv = call.receiver_text or ""
         if call.method in ("eval", "train", "requires_grad_") and (recv == text or recv.endswith("." + attr)):
             return frozenset()  # switched somewhere: the mode at this point cannot be told
-    return frozenset({TRAIN})
+    return frozenset({BUILT})
 
 
 def may_be_training(model: FileModel, call: Call, text: str) -> bool:
@@ -633,6 +638,26 @@ def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
     if outer and not has_ctor:
         return any(mode_sensitive(model, o) for o in outer)
     return mode_sensitive(model, text)
+
+
+def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether module ``text`` may be in training mode at ``call`` *and* may
+    depend on that mode, judged together for each same-file caller when
+    ``text`` is a parameter the function does not switch itself: a
+    freshly built mode-free module from one caller and a module of unknown
+    origin and unknown mode from another are no evidence of a
+    mode-sensitive module in training mode."""
+    if not may_be_training(model, call, text) or not mode_sensitive_at(model, call, text):
+        return False
+    fn = model.enclosing_function(call.scope)
+    if fn is None or text.split(".")[0] not in fn.params \
+            or any(e.order < call.order for e in events(model, call.scope, text)):
+        return True
+    callers = model.callers_of(fn)
+    pairs = [(site, o) for site in callers if (o := map_out(model, site, fn, text))]
+    if not pairs:
+        return True
+    return any(modes_at(model, site, o) & TRAINING_KINDS and mode_sensitive_at(model, site, o) for site, o in pairs)
 
 
 def recalibrates_statistics(model: FileModel, call: Call) -> bool:

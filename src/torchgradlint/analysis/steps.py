@@ -14,7 +14,8 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Assign, Call, FileModel, Scope, is_literal
+from ..cells import FOREIGN_FRAMEWORKS
+from .model import Assign, Call, FileModel, Loop, Scope, is_literal, names_in
 from .names import dotted_name
 
 # Receivers whose ``.backward(loss)`` backpropagates its argument.
@@ -69,6 +70,10 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
         return Backward(call, call.arg(0, "outputs"), accumulates=False)
     if qn == "torch.autograd.backward":
         return Backward(call, call.arg(0, "tensors"), accumulates=True)
+    if qn == "torch.distributed.autograd.backward":
+        # ``dist_autograd.backward(context_id, roots)``: gradients go into the
+        # distributed autograd context, never into ``.grad``.
+        return Backward(call, call.arg(1, "roots"), accumulates=False)
     if call.method == "manual_backward" and call.receiver is not None:
         return Backward(call, call.arg(0), accumulates=True)
     if call.method != "backward" or call.receiver is None:
@@ -76,7 +81,7 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
     recv = call.receiver_text
     if recv is not None and _ENGINE_RECEIVER.search(recv) and call.arg(0) is not None:
         return Backward(call, call.arg(0, "loss"), accumulates=True)
-    if recv is not None and model.names.qualify(recv) in ("torch", "torch.autograd"):
+    if recv is not None and model.names.qualify(recv) in ("torch", "torch.autograd", "torch.distributed.autograd"):
         return None
     return Backward(call, call.receiver, accumulates=True)
 
@@ -208,8 +213,6 @@ def is_true(node: Optional[cst.BaseExpression]) -> bool:
     return is_literal(node, True)
 
 
-_FOREIGN_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "keras", "jax", "flax", "paddle", "mindspore", "oneflow",
-                                 "chainer"})
 
 
 def foreign_framework_file(model: FileModel) -> bool:
@@ -219,7 +222,7 @@ def foreign_framework_file(model: FileModel) -> bool:
     gradients by default), so torch rules stay silent."""
     if model.names.imports_torch:
         return False
-    return any(v.split(".")[0] in _FOREIGN_FRAMEWORKS for v in model.names.aliases.values())
+    return any(v.split(".")[0] in FOREIGN_FRAMEWORKS for v in model.names.aliases.values())
 
 
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
@@ -233,22 +236,53 @@ def optimizer_modules(model: FileModel, optimizer: Optional[str]) -> Optional[fr
     if not optimizer:
         return None
     binding = optimizer_constructors(model).get(optimizer)
-    if binding is None or not isinstance(binding.value, cst.Call) or not binding.value.args:
+    if binding is None or not isinstance(binding.value, cst.Call):
         return None
-    first = binding.value.args[0].value
-    found: set[str] = set()
-    for call in model.calls_within(binding.order, binding.order + 10**9):
-        if call.order > binding.order and call.statement is not binding.statement:
-            break
-        if call.method in _PARAMETER_METHODS and call.receiver_text and _inside(call.node, first):
-            found.add(call.receiver_text)
+    return _constructor_modules(model, binding.value)
+
+
+def _constructor_modules(model: FileModel, ctor: cst.Call) -> Optional[frozenset[str]]:
+    """The ``.parameters()`` receivers in an optimizer constructor's first argument."""
+    if not ctor.args:
+        return None
+    from .tree import walk
+
+    inside = {id(n) for n in walk(ctor.args[0].value) if isinstance(n, cst.Call)}
+    found = {c.receiver_text for c in model.calls
+             if id(c.node) in inside and c.method in _PARAMETER_METHODS and c.receiver_text}
     return frozenset(found) or None
 
 
-def _inside(node: cst.CSTNode, root: cst.CSTNode) -> bool:
-    from .tree import walk
-
-    return any(n is node for n in walk(root))
+def configured_optimizer_modules(model: FileModel, optimizer: Optional[str], at: Call) -> Optional[frozenset[str]]:
+    """For Lightning's ``opt_a, opt_b = self.optimizers()`` in a
+    ``LightningModule`` method: the modules whose parameters the matching
+    optimizer (same position) returned by the class's own
+    ``configure_optimizers`` updates; ``None`` when the file does not show it."""
+    if not optimizer:
+        return None
+    binding = model.reaching_binding(optimizer, at)
+    if binding is None or not isinstance(binding.value, cst.Call) or dotted_name(binding.value.func) != "self.optimizers":
+        return None
+    target = binding.node.targets[0].target if isinstance(binding.node, cst.Assign) else None
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    names = [dotted_name(e.value) for e in target.elements]
+    fn = model.enclosing_function(at.scope)
+    info = model.classes.get(fn.class_name or "") if fn is not None else None
+    configure = info.methods.get("configure_optimizers") if info is not None else None
+    if configure is None or optimizer not in names:
+        return None
+    index = names.index(optimizer)
+    for ret in model.returns_of(configure):
+        if not isinstance(ret.value, (cst.Tuple, cst.List)) or len(ret.value.elements) != len(names):
+            continue
+        element = ret.value.elements[index].value
+        if isinstance(element, cst.Name):
+            bound = model.reaching_binding(element.value, ret)
+            element = bound.value if bound is not None else None
+        if isinstance(element, cst.Call) and (model.qualname(element.func) or "").startswith("torch.optim."):
+            return _constructor_modules(model, element)
+    return None
 
 
 def covers(modules: frozenset[str], callee: Optional[str]) -> bool:
@@ -274,14 +308,103 @@ def optimizer_owner(model: FileModel, optimizer: Optional[str]) -> Optional[froz
     return None
 
 
-def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str]) -> bool:
+def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str], at: Optional[Call] = None) -> bool:
     """Whether ``reset`` clears the gradients that the optimizer steps:
-    a reset of unknown reach covers any; ``opt.zero_grad()`` covers ``opt``;
+    a reset of unknown reach covers any; ``opt.zero_grad()`` covers ``opt``,
+    and another optimizer the file shows shares modules with it (two
+    optimizers over ``self.layer.parameters()``, seen from the step ``at``);
     ``M.zero_grad()`` covers an optimizer unless the file shows that
     optimizer updates other modules."""
     if reset.target is None and reset.module is None:
         return True
     if reset.target is not None:
-        return reset.target == optimizer
+        if reset.target == optimizer:
+            return True
+        if at is None:
+            return False
+        mine = configured_optimizer_modules(model, optimizer, at) or optimizer_modules(model, optimizer)
+        theirs = configured_optimizer_modules(model, reset.target, at) or optimizer_modules(model, reset.target)
+        return bool(mine and theirs and any(covers(mine, m) for m in theirs))
     owner = optimizer_owner(model, optimizer)
     return owner is None or covers(owner, reset.module)
+
+
+# Methods that return their receiver (the same module or the same leaf
+# tensor), so the result is only as new as the receiver.
+_SAME_OBJECT_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval",
+                                  "requires_grad_", "share_memory", "to_empty", "type"})
+
+
+def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: Loop, depth: int = 0) -> bool:
+    """Whether ``text`` (an optimizer, a module or a leaf tensor) is a new
+    object in every iteration of ``loop`` where ``at`` runs: bound inside
+    the loop, before ``at``, by a call that builds a new object
+    (``nn.Linear(...)``, ``x.detach().clone()``, ``build_model(cfg)``), and,
+    for a ``torch.optim`` constructor, over parameters that are themselves
+    new in the iteration (``SGD(model.parameters())`` with ``model`` built
+    in the loop). Gradients of such objects start at ``None`` in every
+    iteration, so nothing can go stale across iterations.
+
+    A method that returns its receiver (``model.to(device)``) is as new as
+    its receiver, and a wrapper call unpacked into several names
+    (``model, opt = accelerator.prepare(model, opt)``) as new as what it
+    wraps; an attribute (``self.model``) or a parameter is not new.
+    ``at`` is the call or binding where ``text`` is read.
+    """
+    if not text or depth > 4:
+        return False
+    binding = model.reaching_binding(text, at)
+    if binding is None or binding.kind not in ("assign", "annassign") \
+            or not loop.contains(binding.order) or binding.order > at.order:
+        return False
+    if binding.unpacked:
+        # ``model, optim = strategy.prepare(model=model, optim_wrapper=optim)``:
+        # a wrapper over objects that are all new in this iteration.
+        if not isinstance(binding.value, cst.Call):
+            return False
+        wrapped = [n for a in binding.value.args if (n := dotted_name(a.value)) and model.bindings_of(n, at.scope)]
+        return bool(wrapped) and all(fresh_in_loop(model, n, binding, loop, depth + 1) for n in wrapped)
+    return _fresh_value(model, text, binding.value, at, loop, depth)
+
+
+def _fresh_value(model: FileModel, text: str, value: Optional[cst.BaseExpression], at: Call, loop: Loop,
+                 depth: int) -> bool:
+    """:func:`fresh_in_loop` for the expression ``value`` bound to ``text``."""
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _SAME_OBJECT_METHODS:
+        receiver = func.value
+        if isinstance(receiver, cst.Call):
+            return _fresh_value(model, text, receiver, at, loop, depth + 1)
+        return fresh_in_loop(model, dotted_name(receiver), at, loop, depth + 1)
+    qn = model.qualname(func) or ""
+    if qn.startswith("torch.optim.") or _looks_like_optimizer(text):
+        params = value.args[0].value if value.args else None
+        if params is None:
+            return False
+        roots = {n.split(".", 1)[0] for n in names_in(params)}
+        bound = [r for r in roots if model.bindings_of(r, at.scope)]
+        return bool(bound) and all(fresh_in_loop(model, r, at, loop, depth + 1) for r in bound)
+    return True
+
+
+def closure_functions(model: FileModel, closure: Optional[cst.BaseExpression], at: Call,
+                      depth: int = 0) -> list[Scope]:
+    """The same-file functions an optimizer-step closure runs: the function
+    it names, or the one wrapped by ``functools.partial(fn, ...)`` (directly
+    or through a name bound to it before ``at``)."""
+    if closure is None or depth > 3:
+        return []
+    if isinstance(closure, cst.Call):
+        if (model.qualname(closure.func) or "") == "functools.partial" and closure.args:
+            return closure_functions(model, closure.args[0].value, at, depth + 1)
+        return []
+    text = dotted_name(closure)
+    if not text:
+        return []
+    found = list(model.functions.get(text, []))
+    binding = model.reaching_binding(text, at)
+    if binding is not None and binding.kind == "assign" and not binding.unpacked and binding.value is not None:
+        found += closure_functions(model, binding.value, at, depth + 1)
+    return found

@@ -92,5 +92,19 @@ FORWARD_METHODS = frozenset({"forward", "generate", "predict", "predict_step", "
 # layers that contain them).
 MODE_LAYER = re.compile(r"Dropout|BatchNorm|SyncBatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
 
+# Library model classes whose forward does not depend on ``training`` as
+# they are built by default (GroupNorm/LayerNorm, every dropout probability
+# 0.0): diffusers' VAE and UNets. A ``dropout=`` keyword other than 0 makes a
+# constructor call mode-sensitive again.
+MODE_FREE_LIBRARY_CLASSES = frozenset({
+    "diffusers.AutoencoderKL", "diffusers.models.AutoencoderKL",
+    "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL",
+    "diffusers.UNet2DConditionModel", "diffusers.models.UNet2DConditionModel",
+    "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel",
+    "diffusers.UNet2DModel", "diffusers.models.UNet2DModel", "diffusers.models.unets.unet_2d.UNet2DModel",
+})
+# Class methods that build an instance of their class.
+CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})
+
 # Activation checkpointing: runs the given function's forward and returns its output.
 CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})

@@ -163,8 +163,10 @@ def feeds_backward(model: FileModel, call: Call) -> bool:
     forward (a GAN's generator sampled for the discriminator step, an RL
     rollout of the policy being trained, pseudo-labels), not an evaluation.
 
-    Names are followed forward through bindings and through containers that
-    a tainted value is stored into (``rollout.append((obs, r))``)."""
+    Names are followed forward through bindings, through containers that
+    a tainted value is stored into (``rollout.append((obs, r))``,
+    ``values[step] = value``), and into same-file helpers that backpropagate
+    (``train(agent, optimizer, rollout)``)."""
     loop = call.loops[0] if call.loops else None
     if loop is None:
         return False
@@ -188,6 +190,10 @@ def feeds_backward(model: FileModel, call: Call) -> bool:
             b = backward_call(model, fact)
             if b is not None and names_in(b.target) & tainted:
                 return True
+            if b is None and reads & tainted and runs_backward(model, fact, accumulating_only=False):
+                return True  # ``train(agent, optimizer, rollout)``: a helper trains on it
         elif fact.value is not None and names_in(fact.value) & tainted:
             tainted |= {t.text for t in fact.targets if t.text}
+            # ``values[step] = value``: the buffer the rollout is stored in
+            tainted |= {t.container for t in fact.targets if t.kind == "subscript" and t.container}
     return False

@@ -240,15 +240,20 @@ step.
     def _step_loop(model: FileModel, s: _Store) -> bool:
         """Whether the store's loop iterates over steps whose graphs are
         independent: it runs a backward, or it walks batches of a data
-        source (an evaluation loop). A loop over sequence positions without
+        source (an evaluation loop) — among the loops the container outlives
+        (not one it is rebuilt in). A loop over sequence positions without
         a backward is a forward computation (an RNN unrolled by hand) whose
         collected outputs are the result, not a leak. Stores into ``self``
         attributes outlive every loop."""
         loop = s.fact.loop
         if loop is None or s.container.startswith("self."):
             return True
-        return loop_trains(model, loop) or iterates_data(model, loop) or any(
-            loop_trains(model, outer) or iterates_data(model, outer) for outer in s.fact.loops[:-1])
+        # Only loops the container outlives count: one rebuilt at the top of
+        # every outer iteration is bounded by the inner loop's length.
+        bound = [b.order for b in model.reaching_bindings(s.container, s.fact) if b.order < loop.order]
+        since = max(bound) if bound else -1
+        return any(loop_trains(model, outer) or iterates_data(model, outer)
+                   for outer in s.fact.loops if not outer.contains(since))
 
     # -- fix ------------------------------------------------------------------------
     def _fix(self, model: FileModel, s: _Store, value: cst.BaseExpression):

@@ -9,7 +9,9 @@ from ..analysis.names import dotted_name
 from ..analysis.steps import (
     GradReset,
     backward_call,
+    closure_functions,
     foreign_framework_file,
+    fresh_in_loop,
     function_resets,
     is_optimizer,
     reset_covers,
@@ -86,6 +88,9 @@ for x, y in loader:
             if site.in_helper_loop:
                 continue  # judged at the helper's own training loop
             loop = training_loop_of(model, site)
+            if loop is not None and site.via is site.step.call and fresh_in_loop(
+                    model, site.step.optimizer, site.step.call, loop):
+                continue  # a new optimizer over new parameters every iteration: no gradient survives it
             span = (loop.order, loop.end) if loop is not None else _step_function(model, site)
             if span is None:
                 continue
@@ -93,15 +98,13 @@ for x, y in loader:
                       if r.fact is None or not model.exclusive(r.fact, site.via)]
             if loop is None and not resets:
                 continue  # a step function without any reset: its callers' job
-            closure = site.step.closure
-            if closure is not None and any(
-                function_resets(model, fn) for fn in model.functions.get(dotted_name(closure) or "", [])
-            ):
+            if any(function_resets(model, fn)
+                   for fn in closure_functions(model, site.step.closure, site.step.call)):
                 continue
             stepped = _canonical(model, site.step.optimizer, site.step.call)
             if resets and (not is_optimizer(model, site.step.optimizer) or any(
                     reset_covers(model, GradReset(r.order, _canonical(model, r.target, r.fact), r.fact, r.module),
-                                 stepped) for r in resets)):
+                                 stepped, site.step.call) for r in resets)):
                 # A reset silences the step unless the stepped optimizer is
                 # provably another one (or another module's).
                 continue

@@ -6,13 +6,14 @@ from typing import Iterator
 
 from ..analysis.model import FileModel, GradMode
 from ..analysis.modes import (
+    TRAIN,
     TRAINED,
     events,
     is_module_at,
-    may_be_training,
     modes_at,
     mode_sensitive_at,
     recalibrates_statistics,
+    trains_sensitive_module_at,
 )
 from ..analysis.steps import optimizer_step
 from ..analysis.torch_api import FORWARD_METHODS
@@ -35,7 +36,7 @@ class NoGradWithoutEval(Rule):
     summary = "module evaluated under no_grad/inference_mode while it may be in training mode"
     probe = "module-mode"
     # an evaluation loop without no_grad follows training: "backward" is in the file
-    prefilter = (("no_grad", "inference_mode", "set_grad_enabled", "backward"),)
+    prefilter = (("no_grad", "inference_mode", "set_grad_enabled", "backward", ".train("),)
     docs = """
 ## What it does
 Checks for modules called inside `torch.no_grad()`, `torch.inference_mode()`
@@ -98,7 +99,8 @@ for epoch in range(epochs):
     def _evaluation_loops(model: FileModel) -> Iterator[Finding]:
         """A loop over a data source that runs a trained module with grad
         enabled and no backward: an evaluation pass without ``no_grad`` after
-        training the module in the same function, still in training mode."""
+        training the module (or an explicit ``.train()``, such as a training
+        helper's) in the same function, still in training mode."""
         reported: set[int] = set()
         for call in model.calls:
             loop = call.loop
@@ -110,7 +112,7 @@ for epoch in range(epochs):
             if not iterates_data(model, loop) or loop_trains(model, loop) or any(
                     optimizer_step(model, c) for c in model.calls_within(loop.order, loop.end)):
                 continue
-            if TRAINED not in modes_at(model, call, text) or not mode_sensitive_at(model, call, text):
+            if not modes_at(model, call, text) & {TRAINED, TRAIN} or not mode_sensitive_at(model, call, text):
                 continue
             if recalibrates_statistics(model, call) or _during_construction(model, call.scope):
                 continue
@@ -140,7 +142,7 @@ for epoch in range(epochs):
             key = (id(region) if region is not None else id(call.scope), text)
             if key in reported:
                 continue
-            if not may_be_training(model, call, text) or not mode_sensitive_at(model, call, text):
+            if not trains_sensitive_module_at(model, call, text):
                 continue
             if recalibrates_statistics(model, call):
                 continue  # a hand-written update_bn pass: training mode on purpose

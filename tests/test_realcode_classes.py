@@ -1,0 +1,416 @@
+"""The false-positive classes found by reviewing the corpora
+(``realcode/corpora/fp_classes.md``), each as a silent snippet next to the
+near miss that must still fire."""
+
+import textwrap
+
+from torchgradlint.analysis.grad_mode import other_decorator
+from torchgradlint.analysis.model import GradMode
+from torchgradlint.cells import foreign_cell, foreign_spans
+from torchgradlint.engine import lint_data, lint_source
+from torchgradlint.registry import all_rules
+
+RULES = [r for r in all_rules() if r.default_enabled]
+
+
+def codes(src: str, path: str = "x.py") -> list[tuple[str, int]]:
+    """``(code, line)`` of every default rule's finding in ``src``."""
+    return [(d.code, d.line) for d in lint_source(textwrap.dedent(src), path, RULES).diagnostics]
+
+
+# -- A: distributed autograd ---------------------------------------------------------------------
+def test_dist_autograd_context_needs_no_reset():
+    assert codes("""
+        import torch
+        import torch.distributed.autograd as dist_autograd
+        opt = DistributedOptimizer(torch.optim.SGD, param_rrefs, lr=0.05)
+        for x, y in loader:
+            with dist_autograd.context() as context_id:
+                loss = criterion(model(x), y)
+                dist_autograd.backward(context_id, [loss])
+                opt.step(context_id)
+        """) == []
+
+
+def test_local_backward_next_to_dist_autograd_import_still_fires():
+    assert codes("""
+        import torch
+        import torch.distributed.autograd as dist_autograd
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            opt.step()
+        """) == [("TGL001", 7)]
+
+
+# -- B: optimizer and parameters built per iteration ---------------------------------------------
+def test_new_optimizer_over_new_leaf_each_iteration_is_silent():
+    assert codes("""
+        import torch
+        def refine(unet, latents, timesteps, lr):
+            for t in timesteps:
+                x_in = latents.detach().clone()
+                x_in.requires_grad = True
+                opt = torch.optim.SGD([x_in], lr=lr)
+                loss = unet(x_in, t).pow(2).mean()
+                loss.backward()
+                opt.step()
+                latents = x_in.detach()
+            return latents
+        """) == []
+
+
+def test_new_model_moved_to_device_each_iteration_is_silent():
+    assert codes("""
+        import torch
+        from torch import nn
+        for lr in (0.1, 0.01):
+            model = nn.Linear(2, 2).to("cpu")
+            optim = torch.optim.SGD(model.parameters(), lr=lr)
+            model(torch.ones(2, 2)).sum().backward()
+            optim.step()
+        """) == []
+
+
+def test_new_optimizer_over_the_same_model_fires():
+    assert codes("""
+        import torch
+        from torch import nn
+        model = nn.Linear(2, 2)
+        for lr in (0.1, 0.01):
+            m = model.to("cpu")
+            optim = torch.optim.SGD(m.parameters(), lr=lr)
+            m(torch.ones(2, 2)).sum().backward()
+            optim.step()
+        """) == [("TGL001", 9)]
+
+
+# -- I: closures through functools.partial ---------------------------------------------------------
+def test_partial_closure_that_resets_is_silent():
+    assert codes("""
+        import functools
+        import torch
+        def fn_base(optimizer, w):
+            optimizer.zero_grad()
+            loss = (w * 2).sum()
+            loss.backward()
+            return loss
+        optimizer = torch.optim.LBFGS([w])
+        fn = functools.partial(fn_base, optimizer, w)
+        for _ in range(20):
+            optimizer.step(fn)
+        """) == []
+
+
+def test_partial_closure_without_reset_fires():
+    assert codes("""
+        import functools
+        import torch
+        def fn_base(optimizer, w):
+            loss = (w * 2).sum()
+            loss.backward()
+            return loss
+        optimizer = torch.optim.SGD([w], lr=0.1)
+        for _ in range(20):
+            loss = fn_base(optimizer, w)
+            optimizer.step(functools.partial(fn_base, optimizer, w))
+        """) == [("TGL001", 11)]
+
+
+# -- G: accumulators rebuilt per outer iteration; unknown decorators -------------------------------
+def test_list_rebuilt_every_outer_iteration_over_a_non_step_loop_is_silent():
+    assert codes("""
+        import torch
+        for i in range(n_iter):
+            probs = model(x).softmax(-1)
+            loss = 0.0
+            loss_list = []
+            for bow in bows:
+                bow_loss = -torch.log((probs @ bow).sum())
+                loss += bow_loss
+                loss_list.append(bow_loss)
+            loss.backward()
+        """) == []
+
+
+def test_list_rebuilt_every_epoch_over_the_batch_loop_fires():
+    assert codes("""
+        import torch
+        for epoch in range(10):
+            losses = []
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                losses.append(loss)
+        """) == [("TGL101", 10)]
+
+
+def test_decorator_named_after_inference_mode_disables_grad():
+    src = """
+        import torch
+        from utils.torch_utils import {dec}
+        @{dec}()
+        def run(model, loader):
+            total = 0
+            for x, y in loader:
+                total += criterion(model(x), y)
+            return total
+        def main():
+            run(model, loader)
+        main()
+        """
+    assert codes(src.format(dec="smart_inference_mode")) == []
+    assert codes(src.format(dec="log_calls")) == []  # unknown decorator: grad mode unknown, no finding
+    assert codes(src.format(dec="functools.lru_cache").replace("from utils.torch_utils import functools.lru_cache",
+                                                               "import functools")) == [("TGL101", 8)]
+
+
+def test_other_decorator_modes():
+    assert other_decorator("utils.torch_utils.smart_inference_mode", False) is GradMode.DISABLED
+    assert other_decorator("torch_no_grad", True) is GradMode.DISABLED
+    assert other_decorator("functools.wraps", False) is None
+    assert other_decorator("torch.jit.script", False) is None
+    assert other_decorator("staticmethod", False) is None
+    assert other_decorator("my_decorator", True) is None  # defined in this file
+    assert other_decorator("utils.timed", False) is GradMode.UNKNOWN
+
+
+# -- H: cells written for another framework -------------------------------------------------------
+def test_foreign_cell_tags_and_imports():
+    assert foreign_cell(["#@tab mxnet", "trainer.step(1)"])
+    assert foreign_cell(["#@tab mxnet, tensorflow", "x = 1"])
+    assert not foreign_cell(["#@tab pytorch", "x = 1"])
+    assert not foreign_cell(["#@tab all", "x = 1"])
+    assert foreign_cell(["from mxnet import gluon", "x = 1"])
+    assert not foreign_cell(["from mxnet import gluon", "import torch"])
+    assert not foreign_cell(["x = 1"])
+
+
+MIXED = textwrap.dedent("""\
+    # %%
+    #@tab mxnet
+    from mxnet import autograd, gluon
+    # %%
+    #@tab pytorch
+    import torch
+    # %%
+    #@tab mxnet
+    def train(net, loader, optimizer):  # a gluon.Trainer: Gluon overwrites gradients
+        for X, y in loader:
+            with autograd.record():
+                l = loss(net(X), y)
+            l.backward()
+            optimizer.step(X.shape[0])
+    # %%
+    #@tab pytorch
+    def train_torch(net, loader, optimizer):
+        for X, y in loader:
+            l = loss(net(X), y)
+            l.backward()
+            optimizer.step()
+    """)
+
+
+def test_percent_script_mxnet_cells_are_not_linted_torch_cells_are():
+    assert foreign_spans(MIXED) == [(1, 3), (7, 14)]
+    assert codes(MIXED) == [("TGL001", 21)]
+
+
+def test_notebook_mxnet_cells_are_not_linted():
+    import json
+
+    cells = MIXED.split("# %%\n")[1:]
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells],
+          "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    result = lint_data(json.dumps(nb).encode(), "x.ipynb", RULES)
+    assert [(d.code, d.cell, d.line) for d in result.diagnostics] == [("TGL001", 4, 6)]
+
+
+# -- C: no-grad work that is part of training ------------------------------------------------------
+PPO = """
+    import torch
+    from torch import nn
+
+    def train(agent, optimizer, data):
+        loss = agent(data["obs"]).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    agent = nn.Sequential(nn.Linear(4, 64), nn.Dropout(0.1), nn.Linear(64, 2))
+    optimizer = torch.optim.Adam(agent.parameters())
+    obs = torch.zeros(128, 4)
+    values = torch.zeros(128)
+    for update in range(100):
+        for step in range(128):
+            with torch.no_grad():
+                value = agent(next_obs)
+                values[step] = value.flatten()
+        data = {{"obs": obs, "values": values}}
+        train(agent, optimizer, data)
+    """
+
+
+def test_rollout_stored_in_a_buffer_a_helper_trains_on_is_silent():
+    assert codes(PPO.format()) == []
+
+
+def test_no_grad_forward_whose_result_nothing_trains_on_fires():
+    src = PPO.format().replace('data = {"obs": obs, "values": values}', 'data = {"obs": obs}')
+    assert codes(src) == [("TGL201", 18)]
+
+
+# -- notebooks: one unparsable cell ----------------------------------------------------------------
+def test_notebook_with_an_unparsable_exercise_cell_lints_the_other_cells():
+    import json
+
+    cells = ["import torch\n", "def exercise():\n    # TODO: your code here\n",
+             "for x, y in loader:\n    loss = crit(model(x), y)\n    loss.backward()\n    optimizer.step()\n"]
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": []} for c in cells],
+          "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    result = lint_data(json.dumps(nb).encode(), "x.ipynb", RULES)
+    found = [(d.code, d.cell, d.line) for d in result.diagnostics]
+    assert found == [("TGL000", 2, 2), ("TGL001", 3, 4)]
+    assert "cell 2 could not be parsed" in result.diagnostics[0].message
+
+
+# -- I: optimizers sharing parameters (Lightning's configure_optimizers) ---------------------------
+LIGHTNING_TWO_OPTIMIZERS = """
+    import torch
+    from lightning.pytorch import LightningModule
+
+    class M(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.gen = torch.nn.Linear(32, 2)
+            self.disc = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            opt_a, opt_b = self.optimizers()
+            self.manual_backward(self.disc(self.gen(batch)).sum())
+            opt_a.step()
+            self.manual_backward(self.disc(self.gen(batch)).sum())
+            opt_b.step()
+            opt_b.zero_grad()
+
+        def configure_optimizers(self):
+            return (torch.optim.SGD(self.{a}.parameters(), lr=0.1),
+                    torch.optim.SGD(self.{b}.parameters(), lr=0.1))
+    """
+
+
+def test_reset_of_an_optimizer_over_the_same_parameters_covers_the_other():
+    assert codes(LIGHTNING_TWO_OPTIMIZERS.format(a="gen", b="gen")) == []
+
+
+def test_reset_of_an_optimizer_over_other_parameters_does_not_cover():
+    assert codes(LIGHTNING_TWO_OPTIMIZERS.format(a="gen", b="disc")) == [("TGL001", 14)]
+
+
+def test_objects_built_and_wrapped_in_each_iteration_need_no_reset():
+    src = """
+        import torch
+        from torch.optim import SGD
+        {outside}
+        for cfg in configs:
+            {inside}
+            optim = OptimWrapper(SGD(model.parameters(), lr=0.1))
+            model, optim = strategy.prepare(model=model, optim_wrapper=optim)
+            loss = model(data)
+            loss.backward()
+            optim.step()
+        """
+    assert codes(src.format(outside="", inside="model = ToyModel()")) == []
+    assert codes(src.format(outside="model = ToyModel()", inside="pass")) == [("TGL001", 11)]
+
+
+# -- F: library models with no mode-dependent layers -----------------------------------------------
+VAE = """
+    import torch
+    from diffusers import AutoencoderKL
+
+    def log_validation(vae, images):
+        with torch.no_grad():
+            return [vae(x).sample for x in images]
+
+    vae = AutoencoderKL.{ctor}
+    optimizer = torch.optim.AdamW(vae.parameters())
+    vae.train()
+    for x in loader:
+        loss = vae(x).sample.pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        log_validation(vae, [x])
+    """
+
+
+def test_diffusers_vae_has_no_mode_dependent_layers():
+    assert codes(VAE.format(ctor='from_pretrained("sd-vae")')) == []
+    assert codes(VAE.format(ctor="from_config(config)")) == []
+
+
+def test_diffusers_vae_built_with_dropout_is_mode_sensitive():
+    assert codes(VAE.format(ctor="from_config(config, dropout=0.1)")) == [("TGL201", 7)]
+
+
+SAMPLERS = """
+    import torch
+    from torch import nn
+
+    class StratifiedSampler(nn.Module):
+        def sample(self, t0, t1, n):
+            return torch.linspace(0, 1, n) * (t1 - t0) + t0
+
+    class Renderer(nn.Module):
+        def render(self, rays, sampler, n):
+            ts = sampler.sample(rays[0], rays[1], n)
+            return ts, make_fine_sampler(ts)
+
+        @torch.no_grad()
+        def decode(self, rays):
+            coarse = {coarse}
+            _, fine = self.render(rays, coarse, 64)
+            return self.render(rays, fine, 128)
+    """
+
+
+def test_fresh_mode_free_module_from_one_caller_and_unknown_from_another_is_silent():
+    assert codes(SAMPLERS.format(coarse="StratifiedSampler()")) == []
+
+
+def test_fresh_mode_sensitive_module_passed_by_a_caller_fires():
+    assert codes(SAMPLERS.format(coarse="nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))")) == [("TGL201", 11)]
+
+
+# -- misses: evaluation after a training helper whose step lives in another file --------------------
+D2L_PREDICT = """
+    import torch
+    from torch import nn
+    from d2l import torch as d2l
+
+    def train(net, train_iter, num_epochs, lr):
+        trainer = torch.optim.SGD(net.parameters(), lr=lr)
+        for epoch in range(num_epochs):
+            net.train()
+            for features, labels in train_iter:
+                d2l.train_batch_ch13(net, features, labels, loss, trainer, devices)
+
+    net, preds = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.LazyLinear(10)), []
+    train(net, train_valid_iter, 20, 0.1)
+    {switch}
+    for X, _ in test_iter:
+        y_hat = net(X)
+        preds.extend(y_hat.argmax(dim=1).cpu().numpy())
+    """
+
+
+def test_prediction_loop_after_a_training_helper_fires():
+    assert codes(D2L_PREDICT.format(switch="")) == [("TGL201", 16)]
+
+
+def test_prediction_loop_after_eval_is_silent():
+    assert codes(D2L_PREDICT.format(switch="net.eval()")) == []
