@@ -9,21 +9,14 @@ torch = pytest.importorskip("torch")
 from torchgradlint.harness.probes import all_probes  # noqa: E402
 from torchgradlint.harness.probes_amp import AmpClipScaleProbe, AmpScalerBypassProbe, ScaleUnits  # noqa: E402
 from torchgradlint.harness.runner import rule_probes  # noqa: E402
+from test_probes_numerics import observed as observed_twice  # noqa: E402
+
+STEPS = 3
 
 
-def observed(probe_cls, program, steps: int = 3) -> dict:
-    """Run ``program(steps)`` under a fresh probe at ``steps`` and ``2 * steps``; return the measurement."""
-    samples = {}
-    for n in (steps, 2 * steps):
-        probe = probe_cls()
-        with probe.observe("cpu", n):
-            try:
-                program(n)
-            except Exception as exc:  # noqa: BLE001 - as the worker does
-                if not probe.on_exception(exc):
-                    raise
-        samples[n] = probe.sample()
-    return probe_cls.decide(samples).to_json()
+def observed(probe_cls, program) -> dict:
+    """The measurement of ``program()`` (3 iterations) run twice under fresh probes (keys "3", "6")."""
+    return observed_twice(probe_cls, program, steps=STEPS)
 
 
 def _setup(enabled: bool = True):
@@ -55,9 +48,9 @@ def test_scale_units_carry_the_scale_through_products_only():
 
 
 def _clip_program(unscale: bool, through_scale: bool = False, value: bool = False, enabled: bool = True):
-    def program(steps):
+    def program():
         model, opt, scaler = _setup(enabled)
-        for _ in range(steps):
+        for _ in range(STEPS):
             opt.zero_grad()
             scaler.scale(_loss(model)).backward()
             if unscale:
@@ -97,9 +90,9 @@ def test_healthy_clips_cap_the_update_at_the_threshold(kwargs):
 
 
 def _plain_step_program(unscale: bool, update: bool, dtype=torch.bfloat16, enabled: bool = True):
-    def program(steps):
+    def program():
         model, opt, scaler = _setup(enabled)
-        for _ in range(steps):
+        for _ in range(STEPS):
             opt.zero_grad()
             scaler.scale(_loss(model, dtype)).backward()
             if unscale:
@@ -133,9 +126,9 @@ def test_plain_step_after_unscale_applies_overflowed_gradients():
 
 
 def test_step_without_update_raises_and_is_claimed():
-    def program(steps):
+    def program():
         model, opt, scaler = _setup()
-        for _ in range(steps):
+        for _ in range(STEPS):
             opt.zero_grad()
             scaler.scale(_loss(model)).backward()
             scaler.step(opt)
@@ -151,9 +144,9 @@ def test_other_errors_are_not_claimed():
 
 
 def test_healthy_scaler_use_and_disabled_scaler_are_not_defects():
-    def program(steps):
+    def program():
         model, opt, scaler = _setup()
-        for _ in range(steps):
+        for _ in range(STEPS):
             opt.zero_grad()
             scaler.scale(_loss(model, torch.float16)).backward()
             scaler.unscale_(opt)
