@@ -414,3 +414,52 @@ def test_prediction_loop_after_a_training_helper_fires():
 
 def test_prediction_loop_after_eval_is_silent():
     assert codes(D2L_PREDICT.format(switch="net.eval()")) == []
+
+
+# -- misses: retain_graph=True in a helper called in a loop ----------------------------------------
+UPDATE_LATENT = """
+    import torch
+
+    class Pipe:
+        @staticmethod
+        def _update_latent(latents, loss, step_size):
+            grad = torch.autograd.grad(loss.requires_grad_(True), [latents], retain_graph=True)[0]
+            return latents - step_size * grad
+
+        def refine(self, latents, t, steps):
+            for i in range(steps):
+                latents = latents.clone().detach().requires_grad_(True)
+                self.unet(latents, t)
+                loss = self._compute_loss(self.attention_store.maxima())
+                latents = self._update_latent(latents, loss, 0.1){later}
+            return latents
+    """
+
+
+def test_retaining_backward_in_a_helper_called_in_a_loop_fires():
+    assert codes(UPDATE_LATENT.format(later="")) == [("TGL102", 7)]
+
+
+def test_retaining_backward_in_a_helper_whose_graph_a_later_backward_uses_is_silent():
+    later = "\n                loss.backward()"
+    assert codes(UPDATE_LATENT.format(later=later)) == []
+
+
+def test_unknown_loss_rebuilt_each_iteration_and_retained_fires():
+    assert codes("""
+        import torch
+        for batch in loader:
+            loss = compute_loss(model, batch)
+            loss.backward(retain_graph=True)
+            optimizer.step()
+            optimizer.zero_grad()
+        """) == [("TGL102", 5)]
+
+
+def test_unknown_target_bound_before_the_loop_is_silent():
+    assert codes("""
+        import torch
+        y = simulate(params)
+        for i in range(n):
+            g = torch.autograd.grad(y[i], params, retain_graph=True)
+        """) == []

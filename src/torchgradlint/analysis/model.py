@@ -603,3 +603,31 @@ def is_literal(node: Optional[cst.CSTNode], value: object) -> bool:
     """Whether ``node`` is the literal ``True``/``False``/``None``."""
     return isinstance(node, cst.Name) and node.value == repr(value)
 
+
+
+def call_params(call: "Call", callee: Scope) -> list[str]:
+    """The parameters of ``callee`` that ``call``'s positional arguments
+    fill, in order: without the bound ``self``/``cls`` when a method is
+    called through an object (``self.step(x)``, ``obj.step(x)``), with every
+    parameter for a ``@staticmethod``."""
+    params = list(callee.params)
+    node = callee.node
+    static = isinstance(node, cst.FunctionDef) and any(
+        isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in node.decorators)
+    if callee.class_name is not None and not static and params and params[0] in ("self", "cls") \
+            and call.func_text and "." in call.func_text:
+        params = params[1:]
+    return params
+
+
+def argument_for(call: "Call", callee: Scope, param: str) -> Optional[cst.BaseExpression]:
+    """The argument expression ``call`` passes for ``callee``'s parameter
+    ``param`` (positional or keyword), or ``None``."""
+    positional = [a for a in call.node.args if a.keyword is None and not a.star]
+    params = call_params(call, callee)
+    if param in params and params.index(param) < len(positional):
+        return positional[params.index(param)].value
+    for a in call.node.args:
+        if a.keyword is not None and a.keyword.value == param:
+            return a.value
+    return None

@@ -40,7 +40,7 @@ from typing import Optional
 import libcst as cst
 
 from . import modes, torch_api
-from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, names_in
+from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, call_params, names_in
 from .tree import iter_children, walk
 from .names import dotted_name
 from .steps import backward_call
@@ -631,10 +631,7 @@ class _Evaluator:
                           inference=returned.inference, weak=returned.weak)
 
     def _bind_params(self, fact: Call, callee: Scope, at: _Located, depth: int) -> dict[str, Provenance]:
-        params = list(callee.params)
-        if callee.class_name is not None and fact.func_text and "." in fact.func_text and params \
-                and params[0] in ("self", "cls"):
-            params = params[1:]
+        params = call_params(fact, callee)
         frame: dict[str, Provenance] = {}
         positional = [a for a in fact.node.args if a.keyword is None and not a.star]
         for i, a in enumerate(positional):

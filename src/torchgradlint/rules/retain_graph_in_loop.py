@@ -6,8 +6,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, Loop, is_literal, names_in
-from ..analysis.provenance import call_fact, is_module_call, provenance
+from ..analysis.model import Call, FileModel, Loop, argument_for, is_literal, names_in
+from ..analysis.provenance import State, call_fact, is_module_call, provenance
 from ..analysis.steps import backward_call, covers, is_true, optimizer_modules, optimizer_step
 from ..analysis.training import runs_backward
 from ..analysis.tree import walk
@@ -92,21 +92,21 @@ for x, y in chunks:
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         for call in model.calls:
-            loop = call.loop
-            if loop is None:
-                continue
             bw = backward_call(model, call)
             if bw is None or not is_true(bw.retain_graph):
                 continue
             create = bw.create_graph
             if create is not None and not is_literal(create, False):
                 continue  # higher-order gradients reuse the graph on purpose
-            graph = provenance(model, bw.target, call)
-            if not graph.attached or not graph.sources:
+            if call.loop is None:
+                finding = self._in_helper(model, call, bw)
+                if finding is not None:
+                    yield finding
                 continue
-            inside = _node_ids(model, loop)
-            if not any(id(src) in inside for src in graph.sources):
-                continue  # nothing is rebuilt per iteration: rows of a Jacobian over one graph
+            loop = call.loop
+            graph = provenance(model, bw.target, call)
+            if not _rebuilt_each_iteration(model, graph, bw.target, call, loop):
+                continue  # nothing is rebuilt per iteration (rows of a Jacobian over one graph), or unknown
             verdict = _later_use(model, call, graph, loop)
             if verdict is None:
                 continue  # a later backward needs the retained graph (or cannot be told)
@@ -137,6 +137,68 @@ for x, y in chunks:
                        "iteration stay in memory until the next forward pass replaces them; drop "
                        "`retain_graph=True`")
             yield Finding.from_text(call.node, msg)
+
+
+    @staticmethod
+    def _in_helper(model: FileModel, call: Call, bw) -> "Finding | None":
+        """A retaining backward in a loop-free helper that a loop calls
+        (``def update(latents, loss): torch.autograd.grad(loss, ...,
+        retain_graph=True)``): judged at each calling loop, with the target's
+        parameters bound to the call site's arguments. Fires only when the
+        helper's backward is its last one and no later backward of any calling
+        iteration uses the graph."""
+        fn = model.enclosing_function(call.scope)
+        if fn is None or fn.kind != "function":
+            return None
+        if any(runs_backward(model, c, accumulating_only=False)
+               for c in model.calls_within(call.order + 1, fn.end) if c.scope is fn):
+            return None  # a later backward in the helper may need the graph
+        params = {n.split(".")[0] for n in names_in(bw.target)} & set(fn.params)
+        sites = [site for site in model.callers_of(fn) if site.loop is not None]
+        if not sites:
+            return None
+        for site in sites:
+            if len(params) != 1:
+                return None
+            arg = argument_for(site, fn, next(iter(params)))
+            if arg is None:
+                return None
+            graph = provenance(model, arg, site)
+            if not _rebuilt_each_iteration(model, graph, arg, site, site.loop):
+                return None  # not rebuilt per iteration, or cannot be told
+            if _later_use(model, site, graph, site.loop) != "unused":
+                return None
+        what = _describe(model, bw.target)
+        return Finding.from_text(call.node, (
+            f"`retain_graph=True` keeps the graph of {what} alive although no later backward uses it: "
+            f"`{fn.name}()` is called in a loop that rebuilds the graph every iteration, so the saved tensors of "
+            "each call stay in memory until the next forward pass replaces them; drop `retain_graph=True`"))
+
+
+def _rebuilt_each_iteration(model: FileModel, graph, target, at: Call, loop: Loop) -> bool:
+    """Whether the graph backpropagated from ``target`` at ``at`` is built
+    anew in every iteration of ``loop``: its known sources lie in the loop;
+    or, when the evaluator cannot tell where the graph comes from (a loss
+    read from attention maps captured by hooks), every name the target
+    reads may only come from bindings in the loop before ``at`` that compute
+    a value (a backward target always carries a graph, else backward
+    raises)."""
+    if graph.attached and graph.sources:
+        inside = _node_ids(model, loop)
+        return any(id(src) in inside for src in graph.sources)
+    if graph.state is not State.UNKNOWN or graph.weak:
+        return False
+    names = [n for n in names_in(target) if "." not in n]
+    if not names:
+        return False
+    for name in names:
+        bindings = model.reaching_bindings(name, at)
+        if not bindings or any(
+                not loop.contains(b.order) or b.order > at.order or b.kind not in ("assign", "annassign")
+                or not isinstance(b.value, (cst.Call, cst.BinaryOperation, cst.UnaryOperation, cst.Subscript))
+                for b in bindings):
+            return False
+    return True
 
 
 def _node_ids(model: FileModel, loop: Loop) -> frozenset[int]:
