@@ -229,6 +229,12 @@ def _events(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list
     return sorted(out, key=lambda e: e.key)
 
 
+def file_steps_a_scaler(model: FileModel) -> bool:
+    """Whether any call of the file is ``S.step(...)`` on a scaler (cheap gate for TGL302)."""
+    return model.cached("amp-steps-a-scaler",
+                        lambda: any(c.method == "step" and is_scaler(model, c.receiver_text) for c in model.calls))
+
+
 def file_has_scaled_backward(model: FileModel) -> bool:
     """Whether any call of the file is a scaled backward (cheap gate for the AMP rules)."""
     return model.cached("amp-has-scaled-backward",

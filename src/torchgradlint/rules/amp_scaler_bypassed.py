@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ..analysis.amp_facts import BACKWARD_KINDS, AmpEvent, latest_backward, on_one_path, scaler_disabled, step_events
+from ..analysis.amp_facts import (BACKWARD_KINDS, AmpEvent, file_has_scaled_backward, file_steps_a_scaler,
+                                  latest_backward, on_one_path, scaler_disabled, step_events)
 from ..analysis.model import FileModel, Loop
 from ..analysis.steps import foreign_framework_file
 from ..registry import Finding, Rule
@@ -98,7 +99,7 @@ for x, y in loader:
 """
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        if foreign_framework_file(model):
+        if foreign_framework_file(model) or not (file_has_scaled_backward(model) or file_steps_a_scaler(model)):
             return
         reported: set[int] = set()
         for scope in model.scopes:
