@@ -463,3 +463,216 @@ def test_unknown_target_bound_before_the_loop_is_silent():
         for i in range(n):
             g = torch.autograd.grad(y[i], params, retain_graph=True)
         """) == []
+
+
+# -- P (PyPI review): a graph prefix built before the loop needs retain_graph ----------------------
+def test_backward_through_a_distribution_built_before_the_loop_is_silent():
+    assert codes("""
+        import torch
+        from torch.autograd import grad
+        from torch.distributions import Categorical
+        def sampled_grads(x, mc_samples):
+            x.requires_grad = True
+            out = []
+            dist = Categorical(logits=x)
+            for _ in range(mc_samples):
+                loss = -dist.log_prob(dist.sample()).sum()
+                out.append(grad(loss, x, retain_graph=True)[0])
+            return out
+        """) == []
+
+
+def test_slices_of_one_forward_before_the_loop_are_silent():
+    assert codes("""
+        import torch
+        def multiple_passes(model, X, loss_func, num_chunks):
+            reconstruction = model(X)
+            size = reconstruction.shape[1] // num_chunks
+            for idx in range(num_chunks):
+                part = reconstruction[:, idx * size:(idx + 1) * size]
+                loss_func(part, X[:, idx * size:(idx + 1) * size]).backward(retain_graph=True)
+        """) == []
+
+
+def test_hessian_rows_of_a_gradient_taken_before_the_loop_are_silent():
+    assert codes("""
+        import torch
+        def hessian_diag(y, x, n):
+            dy = torch.autograd.grad(y, [x], create_graph=True)[0]
+            flat = dy.reshape(-1, n)
+            rows = []
+            for i in range(n):
+                dyi = flat.index_select(-1, torch.tensor([i]))
+                rows.append(torch.autograd.grad([dyi], [x], retain_graph=True)[0])
+            return rows
+        """) == []
+
+
+def test_forward_rebuilt_in_the_loop_and_retained_still_fires():
+    assert codes("""
+        import torch
+        def multiple_passes(model, X, loss_func, num_chunks):
+            for idx in range(num_chunks):
+                reconstruction = model(X)
+                loss_func(reconstruction, X).backward(retain_graph=True)
+        """) == [("TGL102", 6)]
+
+
+# -- PyPI review classes (realcode/pypi_fp_classes.md) ----------------------------------------------
+def test_self_loss_reset_at_the_top_of_each_iteration_is_silent():
+    src = """
+        import torch
+        import torch.nn.functional as F
+        class SGDUpdate:
+            def training_epoch(self):
+                {reset_outside}
+                for self.mbatch in self.dataloader:
+                    self.optimizer.zero_grad()
+                    {reset_inside}
+                    self.loss += F.cross_entropy(self.model(self.mbatch[0]), self.mbatch[1])
+                    self.backward()
+                    self.optimizer.step()
+        """
+    assert codes(src.format(reset_outside="pass", reset_inside="self.loss = torch.zeros(1)")) == []
+    assert codes(src.format(reset_outside="self.loss = torch.zeros(1)", reset_inside="pass")) == [("TGL101", 10)]
+
+
+def test_sequential_of_named_linears_and_linear_subclass_are_mode_free():
+    assert codes("""
+        from collections import OrderedDict
+        import torch
+        import torch.nn as nn
+        class LinearSub(torch.nn.Linear):
+            pass
+        def check(x):
+            a = nn.Sequential(OrderedDict([("l0", nn.Linear(5, 5)), ("l1", nn.Linear(5, 5))]))
+            b = LinearSub(5, 5)
+            model = torch.load("trained.pt")
+            for batch in loader:
+                loss = model(batch).sum()
+                loss.backward()
+            with torch.no_grad():
+                return a(x), b(x)
+        """) == []
+    assert codes("""
+        from collections import OrderedDict
+        import torch
+        import torch.nn as nn
+        model = nn.Sequential(OrderedDict([("l0", nn.Linear(5, 5)), ("drop", nn.Dropout(0.5))]))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        with torch.no_grad():
+            out = model(x_val)
+        """) == [("TGL201", 12)]
+
+
+def test_no_grad_target_in_a_loop_free_update_function_is_training():
+    assert codes("""
+        import torch
+        class SAC(torch.nn.Module):
+            def update(self, obs, act, target_q):
+                dist = self.policy(obs)
+                with torch.no_grad():
+                    q = self.critic(obs)
+                actor_loss = -(dist.probs * q).sum(-1).mean()
+                self.policy_optim.zero_grad()
+                actor_loss.backward()
+                self.policy_optim.step()
+                self.critic_optim.zero_grad()
+                ((self.critic(obs) - target_q) ** 2).mean().backward()
+                self.critic_optim.step()
+        """) == []
+
+
+def test_unit_test_of_a_fresh_random_module_is_silent_a_loaded_one_fires():
+    src = """
+        import torch
+        import torch.nn as nn
+        def test_hooks():
+            model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+            {load}
+            with torch.no_grad():
+                out = model(torch.randn(2, 3))
+            assert out.shape == (2, 4)
+        """
+    assert codes(src.format(load="pass")) == []
+    assert codes(src.format(load='model.load_state_dict(torch.load("m.pt"))')) == [("TGL201", 8)]
+
+
+def test_output_assigned_to_underscore_is_discarded():
+    assert codes("""
+        import torch
+        import torch.nn as nn
+        model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+        with torch.no_grad():
+            _ = model(torch.randn(2, 3))
+        """) == []
+
+
+def test_backward_in_a_forward_that_steps_an_optimizer_is_a_training_driver():
+    assert codes("""
+        import torch
+        from torch import nn
+        class Imagine(nn.Module):
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+                self.optimizer = torch.optim.Adam(self.model.parameters(), 1e-3)
+            def forward(self):
+                with torch.no_grad():
+                    self.model()
+                for i in range(10):
+                    loss = self.model()
+                    loss.backward()
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+        """) == []
+
+
+def test_fresh_optimizer_over_fresh_copy_in_a_function_is_silent():
+    assert codes("""
+        import copy
+        import torch
+        def test_weight_update(module, x, y):
+            a = copy.deepcopy(module)
+            b = copy.deepcopy(module)
+            opt_a = torch.optim.SGD(a.parameters(), lr=1)
+            opt_b = torch.optim.SGD(b.parameters(), lr=1)
+            opt_a.zero_grad()
+            a(x).sum().backward()
+            opt_a.step()
+            b(x).sum().backward()
+            opt_b.step()
+        """) == []
+
+
+def test_helper_named_after_item_detaches():
+    assert codes("""
+        import torch
+        from pyro.infer.util import torch_item
+        def loss_and_grads(batch, params):
+            loss = 0
+            for trace in batch:
+                particle_loss = -trace.log_prob_sum()
+                torch.autograd.grad(particle_loss, params)
+                loss += torch_item(particle_loss)
+            return loss
+        """) == []
+
+
+def test_step_given_a_loss_tensor_is_a_wrapper_that_resets_itself():
+    assert codes("""
+        import torch
+        class CQL(torch.nn.Module):
+            def update(self, obs, target):
+                q = self.critic(obs)
+                loss = torch.nn.functional.mse_loss(q, target)
+                aux = self.log_alpha.exp() * q.mean()
+                self.alpha_optim.zero_grad()
+                aux.backward(retain_graph=True)
+                self.alpha_optim.step()
+                self.critic_optim.step(loss + aux)
+        """) == []

@@ -10,6 +10,8 @@ select/ignore and prefilter decisions use it). ``registry.all_rules`` and
 RULES = (
     ('TGL001', 'missing-zero-grad', True, (('backward',), ('step',)), True, False),
     ('TGL002', 'backward-under-no-grad', True, (('backward', 'grad'), ('no_grad', 'inference_mode', 'set_grad_enabled')), False, False),
+    ('TGL003', 'accum-zero-grad', True, (('grad',), ('step', 'accumulate'), ('%', 'accum', 'Accum', 'ACCUM', 'sync_gradients', 'update_freq')), True, False),
+    ('TGL004', 'clip-grad-misordered', True, (('clip_grad',),), False, False),
     ('TGL006', 'unregistered-submodule', True, (('__init__',),), False, False),
     ('TGL007', 'module-built-in-forward', True, (('forward',), ('Linear', 'Bilinear', 'Conv', 'Norm', 'Embedding', 'RNN', 'LSTM', 'GRU', 'Attention', 'Transformer', 'PReLU')), False, False),
     ('TGL101', 'loss-kept-with-graph', True, (('append', 'extend', 'insert', '+', '['),), False, True),

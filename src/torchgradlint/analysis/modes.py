@@ -20,7 +20,9 @@ Vocabulary:
   ``M.part.eval()``/``M.part.train()`` made while grad is disabled, a
   deliberate evaluation-time choice), ``BUILT`` (a constructor call that
   binds ``M`` to a new module, which starts in training mode), or the final
-  event of a same-file helper the module is passed to;
+  event of a same-file helper the module is passed to (``HELPER_TRAIN`` when
+  that helper leaves it in training mode: a training helper whose step may
+  live in another file);
 - :func:`modes_at` answers "which of these may be the latest event before
   this call", following loop wrap-around (events later in an enclosing loop
   body precede the next iteration) and, on function entry, the same-file
@@ -46,8 +48,9 @@ EVAL = "eval"
 TRAIN = "train"
 TRAINED = "trained"
 BUILT = "built"
+HELPER_TRAIN = "helper-train"
 UNKNOWN = "unknown"
-TRAINING_KINDS = frozenset({TRAIN, TRAINED, BUILT})
+TRAINING_KINDS = frozenset({TRAIN, TRAINED, BUILT, HELPER_TRAIN})
 
 _MAX_DEPTH = 3
 _MODULE_METHODS = frozenset({"parameters", "named_parameters", "eval", "modules", "named_modules", "buffers",
@@ -211,6 +214,9 @@ def _class_sensitive(model: FileModel, name: str, seen: set[str]) -> bool:
         return True
     for b in info.bases:
         last = b.split(".")[-1]
+        if b.startswith("torch.nn.") and last[:1].isupper() and not MODE_LAYER.search(last) \
+                and last not in _CONTAINERS:
+            continue  # ``class LinearSub(torch.nn.Linear)``: a mode-free torch layer
         if b not in _MODULE_BASES and last not in module_classes(model):
             return True  # a base we cannot see may use dropout or batch norm
     code = model.module.code_for_node(info.node)
@@ -242,6 +248,12 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
                 values = [a.value]
                 if isinstance(a.value, (cst.List, cst.Tuple)):
                     values = [e.value for e in a.value.elements]
+                elif isinstance(a.value, cst.Call) and (model.qualname(a.value.func) or "").rsplit(".", 1)[-1] \
+                        in ("OrderedDict", "dict") and a.value.args \
+                        and isinstance(a.value.args[0].value, (cst.List, cst.Tuple)):
+                    # ``Sequential(OrderedDict([("fc", nn.Linear(...)), ...]))``: the named layers
+                    values = [e.value.elements[-1].value if isinstance(e.value, cst.Tuple) and e.value.elements
+                              else e.value for e in a.value.args[0].value.elements]
                 if a.star or any(_expr_sensitive(model, v) for v in values):
                     return True
         return False
@@ -454,7 +466,8 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
                     continue
                 sub = events(model, callee, inner, depth + 1)
                 if sub:
-                    raw.append(ModeEvent(call, sub[-1].kind))
+                    kind = sub[-1].kind
+                    raw.append(ModeEvent(call, HELPER_TRAIN if kind in (TRAIN, HELPER_TRAIN) else kind))
                     break
     for alias in _aliases(model, scope, text):
         # ``model = context.model``: the events of the alias are the module's
@@ -596,7 +609,45 @@ def _attribute_state(model: FileModel, scope: Scope, text: str) -> frozenset[str
 def may_be_training(model: FileModel, call: Call, text: str) -> bool:
     """Whether evidence says module ``text`` may be in training mode at
     ``call`` (trained or ``.train()``-ed without ``.eval()`` in between)."""
-    return bool(modes_at(model, call, text) & TRAINING_KINDS)
+    kinds = modes_at(model, call, text)
+    if kinds == {BUILT} and _in_unit_test(model, call):
+        # A unit test that only constructs the module compares forwards of
+        # random weights (train mode on purpose, or the same mode on both
+        # sides); only weights worth evaluating make it an evaluation.
+        return _has_weights(model, call, text)
+    return bool(kinds & TRAINING_KINDS)
+
+
+def _in_unit_test(model: FileModel, call: Call) -> bool:
+    """Whether ``call`` runs in a pytest/unittest test function (``test*``)."""
+    fn = model.enclosing_function(call.scope)
+    while fn is not None:
+        if fn.name.startswith("test"):
+            return True
+        fn = model.enclosing_function(fn.parent) if fn.parent is not None else None
+    return False
+
+
+_LOADERS = frozenset({"load_state_dict", "load_checkpoint", "load_weights", "load_pretrained", "from_pretrained"})
+
+
+def _has_weights(model: FileModel, call: Call, text: str) -> bool:
+    """Whether the module ``text`` may hold trained weights where ``call``
+    runs: built by a model-zoo factory, given a state dict or checkpoint in
+    the file, or a parameter whose same-file callers pass such a module
+    (unknown callers count as having weights)."""
+    fn = model.enclosing_function(call.scope)
+    root = text.split(".")[0]
+    if fn is not None and root in fn.params and not any(
+            b.kind != "param" for b in model.bindings_of(root, call.scope)):
+        sites = model.callers_of(fn)
+        outer = [(s, o) for s in sites if (o := map_out(model, s, fn, text))]
+        return not outer or any(_has_weights(model, s, o) for s, o in outer)
+    for a in model.assigns:
+        if a.binds(text) and (constructor_kind(model, a.value) == "zoo" or isinstance(a.value, cst.Call) and (
+                model.qualname(a.value.func) or "") in ("torch.load", "torch.hub.load", "torch.jit.load")):
+            return True
+    return any(c.method in _LOADERS and (c.receiver_text or "").split(".")[0] == root for c in model.calls)
 
 
 def _caller_names(model: FileModel, scope: Scope, text: str) -> set[str]:
@@ -669,6 +720,9 @@ def recalibrates_statistics(model: FileModel, call: Call) -> bool:
     stmt = call.statement
     if isinstance(stmt, cst.Expr) and stmt.value is call.node:
         return True
+    if isinstance(stmt, cst.Assign) and stmt.value is call.node and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0].target, cst.Name) and stmt.targets[0].target.value == "_":
+        return True  # ``_ = model(x)``: the output is discarded too
     fn = model.enclosing_function(call.scope) or model.module_scope
     return any(c.method == "reset_running_stats" or c.method == "update_bn"
                for c in model.calls_within(fn.order, fn.end))

@@ -829,6 +829,8 @@ class _Evaluator:
             if mode is GradMode.DISABLED and not returned.detached:
                 return self._op(at, [returned], node)
             return returned
+        if text and qn and qn.split(".")[0] != "torch" and torch_api.DETACHING_CALLEE_NAME.search(text):
+            return Provenance(State.DETACHED, explicit=(node,))  # ``torch_item(x)``: named after .item()
         # An unknown callee: its result may carry its tensor arguments' graph.
         parts = self._taint(node, at, depth)
         if isinstance(func, cst.Attribute):

@@ -140,7 +140,28 @@ def optimizer_step(model: FileModel, call: Call) -> Optional[OptimizerStep]:
         return OptimizerStep(call, dotted_name(opt), None) if opt is not None else None
     if not is_optimizer(model, recv):
         return None
-    return OptimizerStep(call, recv, call.arg(0, "closure"))
+    closure = call.arg(0, "closure")
+    if closure is not None and not _may_be_callable(model, closure, call):
+        # ``optim.step(loss)``: a wrapper that runs the backward and the reset
+        # itself (torch's ``step`` takes a closure, not a tensor)
+        return None
+    return OptimizerStep(call, recv, closure)
+
+
+def _may_be_callable(model: FileModel, node: cst.BaseExpression, at: Call) -> bool:
+    """Whether an optimizer ``step`` argument may be a closure: a lambda, a
+    function, ``partial(...)``, or a name not bound to a computed value."""
+    if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation, cst.Subscript, cst.Integer, cst.Float)):
+        return False
+    if isinstance(node, cst.Call):
+        return (model.qualname(node.func) or "").endswith("partial")
+    text = dotted_name(node)
+    if text is None or model.functions.get(text):
+        return True
+    binding = model.reaching_binding(text, at)
+    return binding is None or binding.kind not in ("assign", "annassign") or isinstance(
+        binding.value, (cst.Lambda, cst.Name, cst.Attribute)) or (
+        isinstance(binding.value, cst.Call) and (model.qualname(binding.value.func) or "").endswith("partial"))
 
 
 @dataclass(frozen=True)
@@ -335,7 +356,7 @@ _SAME_OBJECT_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double"
                                   "requires_grad_", "share_memory", "to_empty", "type"})
 
 
-def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: Loop, depth: int = 0) -> bool:
+def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: "Loop | Scope", depth: int = 0) -> bool:
     """Whether ``text`` (an optimizer, a module or a leaf tensor) is a new
     object in every iteration of ``loop`` where ``at`` runs: bound inside
     the loop, before ``at``, by a call that builds a new object
@@ -349,7 +370,8 @@ def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: Loop, depth: 
     its receiver, and a wrapper call unpacked into several names
     (``model, opt = accelerator.prepare(model, opt)``) as new as what it
     wraps; an attribute (``self.model``) or a parameter is not new.
-    ``at`` is the call or binding where ``text`` is read.
+    ``at`` is the call or binding where ``text`` is read; ``loop`` may also
+    be a function scope (new in every call of the function).
     """
     if not text or depth > 4:
         return False
@@ -367,7 +389,7 @@ def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: Loop, depth: 
     return _fresh_value(model, text, binding.value, at, loop, depth)
 
 
-def _fresh_value(model: FileModel, text: str, value: Optional[cst.BaseExpression], at: Call, loop: Loop,
+def _fresh_value(model: FileModel, text: str, value: Optional[cst.BaseExpression], at: Call, loop: "Loop | Scope",
                  depth: int) -> bool:
     """:func:`fresh_in_loop` for the expression ``value`` bound to ``text``."""
     if not isinstance(value, cst.Call):

@@ -106,5 +106,10 @@ MODE_FREE_LIBRARY_CLASSES = frozenset({
 # Class methods that build an instance of their class.
 CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})
 
+# Helpers from other files named after a detaching call (``torch_item(x)``,
+# ``to_numpy(t)``, ``tensor2float(l)``): their result holds no graph.
+DETACHING_CALLEE_NAME = re.compile(r"(^|[._])(torch_item|to_item|item|to_numpy|tensor_to_numpy|tensor2numpy|"
+                                   r"to_float|tensor2float|to_scalar|to_python)$")
+
 # Activation checkpointing: runs the given function's forward and returns its output.
 CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})

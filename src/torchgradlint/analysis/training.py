@@ -157,9 +157,20 @@ def loop_trains(model: FileModel, loop: Loop) -> bool:
 _STORE_METHODS = frozenset({"append", "extend", "insert", "add", "push", "put", "store", "update", "appendleft"})
 
 
+def step_span(model: FileModel, call: Call) -> Optional[tuple[int, int]]:
+    """The pre-order span of the training step ``call`` belongs to: its
+    outermost enclosing loop in its scope, or, outside any loop, its whole
+    function (an ``update(batch)`` method called once per step)."""
+    if call.loops:
+        return call.loops[0].order, call.loops[0].end
+    fn = model.enclosing_function(call.scope)
+    return (fn.order, fn.end) if fn is not None else None
+
+
 def feeds_backward(model: FileModel, call: Call) -> bool:
     """Whether what ``call`` computes flows, later in the same iteration of
-    an enclosing loop, into a value that is backpropagated: a training-time
+    an enclosing loop (or the same call of a loop-free update function),
+    into a value that is backpropagated: a training-time
     forward (a GAN's generator sampled for the discriminator step, an RL
     rollout of the policy being trained, pseudo-labels), not an evaluation.
 
@@ -167,13 +178,14 @@ def feeds_backward(model: FileModel, call: Call) -> bool:
     a tainted value is stored into (``rollout.append((obs, r))``,
     ``values[step] = value``), and into same-file helpers that backpropagate
     (``train(agent, optimizer, rollout)``)."""
-    loop = call.loops[0] if call.loops else None
-    if loop is None:
+    span = step_span(model, call)
+    if span is None:
         return False
+    start, end = span
     tainted: set[str] = set()
-    facts = sorted([*model.assigns_within(call.order, loop.end), *model.calls_within(call.order, loop.end)],
+    facts = sorted([*model.assigns_within(call.order, end), *model.calls_within(call.order, end)],
                    key=lambda f: f.order)
-    for a in model.assigns_within(loop.order, loop.end):
+    for a in model.assigns_within(start, end):
         if a.statement is call.statement:
             tainted |= {t.text for t in a.targets if t.text}
     if not tainted:

@@ -996,9 +996,10 @@ from . import probes_numerics  # noqa: E402,F401 - registers its probes in PROBE
 
 def all_probes() -> dict[str, type[Probe]]:
     """Every probe by name: :data:`PROBES` (with the numerics probes), the
-    structure probes and the AMP probes (imported here, lazily: those modules
-    build on this one)."""
+    structure, step-order and AMP probes (imported here, lazily: those
+    modules build on this one)."""
     from .probes_amp import AMP_PROBES
+    from .probes_steps import STEP_PROBES
     from .probes_structure import STRUCTURE_PROBES
 
-    return {**PROBES, **STRUCTURE_PROBES, **AMP_PROBES}
+    return {**PROBES, **STRUCTURE_PROBES, **STEP_PROBES, **AMP_PROBES}

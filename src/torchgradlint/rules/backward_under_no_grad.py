@@ -16,6 +16,7 @@ from ..analysis.summaries import (
     reached_from_forward,
 )
 from ..analysis.steps import backward_call, is_true
+from ..analysis.training import step_sites
 from ..registry import Finding, Rule
 
 
@@ -161,7 +162,8 @@ with torch.no_grad():
         """A backward run by ``nn.Module.forward`` (or a method it calls):
         evaluation calls ``forward`` under ``no_grad`` (trainers' validation
         loops do), where the backward raises, unless the code checks
-        ``torch.is_grad_enabled()``."""
+        ``torch.is_grad_enabled()`` or the forward itself steps an optimizer
+        (the module is a training driver, not a model to evaluate)."""
         for call in model.calls:
             b = backward_call(model, call)
             if b is None or call.region is not None:
@@ -172,6 +174,8 @@ with torch.no_grad():
             fn = model.enclosing_function(call.scope)
             if checks_grad_mode(model, fwd) or (fn is not None and checks_grad_mode(model, fn)):
                 continue
+            if step_sites(model, fwd.order, fwd.end):
+                continue  # the forward steps an optimizer: a training driver (``Imagine()``), never evaluated
             yield Finding.from_text(call.node, (
                 f"this backward runs inside `{fwd.qualname}` (a module's forward): evaluation calls the module "
                 "under `torch.no_grad()`, where the loss has no graph and backward raises \"element 0 of tensors "

@@ -164,6 +164,10 @@ step.
     def _persists(self, model: FileModel, s: _Store) -> bool:
         """Whether the container outlives one iteration of the innermost loop."""
         if s.container.startswith("self."):
+            loop = s.fact.loop
+            must = model.reaching_binding(s.container, s.fact) if loop is not None else None
+            if must is not None and loop.contains(must.order) and must is not s.fact:
+                return False  # ``self.loss = zeros(1)`` at the top of every iteration: reset before the store
             if s.kind == "accumulate":
                 return True
             return any(a.binds(s.container) and _is_container_value(model, a.value) for a in model.assigns)

@@ -98,6 +98,9 @@ for x, y in loader:
                       if r.fact is None or not model.exclusive(r.fact, site.via)]
             if loop is None and not resets:
                 continue  # a step function without any reset: its callers' job
+            if loop is None and site.via is site.step.call and fresh_in_loop(
+                    model, site.step.optimizer, site.step.call, model.enclosing_function(site.via.scope)):
+                continue  # an optimizer over parameters built in this very call: nothing stale to apply
             if any(function_resets(model, fn)
                    for fn in closure_functions(model, site.step.closure, site.step.call)):
                 continue

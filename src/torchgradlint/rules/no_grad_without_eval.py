@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ..analysis.model import FileModel, GradMode
 from ..analysis.modes import (
-    TRAIN,
+    HELPER_TRAIN,
     TRAINED,
     events,
     is_module_at,
@@ -17,7 +17,7 @@ from ..analysis.modes import (
 )
 from ..analysis.steps import optimizer_step
 from ..analysis.torch_api import FORWARD_METHODS
-from ..analysis.training import feeds_backward, iterates_data, loop_trains
+from ..analysis.training import feeds_backward, iterates_data, loop_trains, step_span
 from ..analysis.steps import foreign_framework_file
 from ..registry import Finding, Rule
 
@@ -99,8 +99,8 @@ for epoch in range(epochs):
     def _evaluation_loops(model: FileModel) -> Iterator[Finding]:
         """A loop over a data source that runs a trained module with grad
         enabled and no backward: an evaluation pass without ``no_grad`` after
-        training the module (or an explicit ``.train()``, such as a training
-        helper's) in the same function, still in training mode."""
+        training the module (or passing it to a same-file helper that leaves
+        it in training mode) in the same function, still in training mode."""
         reported: set[int] = set()
         for call in model.calls:
             loop = call.loop
@@ -112,7 +112,7 @@ for epoch in range(epochs):
             if not iterates_data(model, loop) or loop_trains(model, loop) or any(
                     optimizer_step(model, c) for c in model.calls_within(loop.order, loop.end)):
                 continue
-            if not modes_at(model, call, text) & {TRAINED, TRAIN} or not mode_sensitive_at(model, call, text):
+            if not modes_at(model, call, text) & {TRAINED, HELPER_TRAIN} or not mode_sensitive_at(model, call, text):
                 continue
             if recalibrates_statistics(model, call) or _during_construction(model, call.scope):
                 continue
@@ -184,8 +184,9 @@ def _during_construction(model: FileModel, scope, depth: int = 0) -> bool:
 
 
 def _trained_in_loop(model: FileModel, call, text: str) -> bool:
-    """Whether the module ``text`` is itself trained in the outermost loop
-    around ``call`` (the model being trained, not a frozen teacher)."""
-    loop = call.loops[0] if call.loops else None
-    return loop is not None and any(e.kind == TRAINED and loop.contains(e.order)
+    """Whether the module ``text`` is itself trained in the training step
+    around ``call`` (:func:`step_span`: the model being trained, not a
+    frozen teacher)."""
+    span = step_span(model, call)
+    return span is not None and any(e.kind == TRAINED and span[0] <= e.order <= span[1]
                                     for e in events(model, call.scope, text))

@@ -7,8 +7,10 @@ from typing import Iterator
 import libcst as cst
 
 from ..analysis.model import Call, FileModel, Loop, argument_for, is_literal, names_in
+from ..analysis.modes import constructor_kind
+from ..analysis.names import dotted_name
 from ..analysis.provenance import State, call_fact, is_module_call, provenance
-from ..analysis.steps import backward_call, covers, is_true, optimizer_modules, optimizer_step
+from ..analysis.steps import backward_call, covers, is_true, optimizer_constructors, optimizer_modules, optimizer_step
 from ..analysis.training import runs_backward
 from ..analysis.tree import walk
 from ..registry import Finding, Rule
@@ -183,8 +185,18 @@ def _rebuilt_each_iteration(model: FileModel, graph, target, at: Call, loop: Loo
     reads may only come from bindings in the loop before ``at`` that compute
     a value (a backward target always carries a graph, else backward
     raises)."""
+    inside = _node_ids(model, loop)
+    scope_ids = _scope_node_ids(model, at.scope)
+    if (any(id(src) in scope_ids and id(src) not in inside and not _same_file_call(model, src)
+            for src in graph.sources)
+            or _reads_pre_loop_graph(model, target, at, loop, strict=graph.state is not State.UNKNOWN)) \
+            and _carried(model, target, at, loop) is None:
+        # A prefix of the graph is built before the loop (one forward whose
+        # slices each iteration backpropagates, a distribution, Hessian rows of
+        # a gradient taken with create_graph=True): every backward goes through
+        # it, so it must be retained.
+        return False
     if graph.attached and graph.sources:
-        inside = _node_ids(model, loop)
         return any(id(src) in inside for src in graph.sources)
     if graph.state is not State.UNKNOWN or graph.weak:
         return False
@@ -199,6 +211,83 @@ def _rebuilt_each_iteration(model: FileModel, graph, target, at: Call, loop: Loo
                 for b in bindings):
             return False
     return True
+
+
+# torch objects that hold no graph (a GradScaler, an optimizer, a data loader).
+_NO_GRAPH_OBJECTS = ("torch.amp.", "torch.cuda.amp.", "torch.optim.", "torch.utils.data.")
+
+
+def _same_file_call(model: FileModel, node) -> bool:
+    """Whether ``node`` calls a same-file function (whose returned graph the
+    evaluator only approximates)."""
+    fact = call_fact(model, node)
+    return fact is not None and bool(model.resolve_callee(fact))
+
+
+def _value_names(node) -> set[str]:
+    """Dotted names ``node`` reads as values: operands, arguments and method
+    receivers, not the functions or modules it calls (``model`` in
+    ``model(x)``)."""
+    found: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            d = dotted_name(n)
+            if d:
+                found.add(d.split(".")[0])
+                continue
+        if isinstance(n, cst.Call):
+            todo += [a.value for a in n.args]
+            if isinstance(n.func, cst.Attribute):
+                todo.append(n.func.value)  # ``dist.log_prob(y)``: the receiver's value flows in
+            elif not isinstance(n.func, cst.Name):
+                todo.append(n.func)
+            continue
+        todo += [c for c in n.children if isinstance(c, cst.CSTNode)]
+    return found
+
+
+def _reads_pre_loop_graph(model: FileModel, target, at: Call, loop: Loop, *, strict: bool = True) -> bool:
+    """Whether the backpropagated value reads, through bindings made in the
+    loop, a value computed before the loop that may hold a graph (not a
+    constant, a bare leaf, a module or an optimizer): ``dist =
+    Categorical(logits=x)`` whose ``log_prob`` each iteration
+    backpropagates, ``flat_dy`` of a ``create_graph=True`` gradient.
+    ``strict``: only values known to carry graph sources count; otherwise
+    (for a target of unknown origin) any computed, non-constant value does."""
+    todo = [(n, at, 0) for n in _value_names(target)]
+    seen: set[str] = set()
+    while todo:
+        name, point, depth = todo.pop()
+        if name in seen or depth > 4 or name in ("self", "cls"):
+            continue
+        seen.add(name)
+        for b in model.reaching_bindings(name, point):
+            if b.kind not in ("assign", "annassign") or b.value is None:
+                continue
+            if loop.contains(b.order):
+                todo += [(n, b, depth + 1) for n in _value_names(b.value)]
+                continue
+            if not isinstance(b.value, cst.Call) or constructor_kind(model, b.value) is not None \
+                    or optimizer_constructors(model).get(name) is b \
+                    or (model.qualname(b.value.func) or "").startswith(_NO_GRAPH_OBJECTS):
+                continue
+            p = provenance(model, b.value, b)
+            if p.weak or p.detached or _same_file_call(model, b.value):
+                continue
+            if p.sources or (not strict and not p.attached):
+                return True  # a graph built before the loop (or, for an unknown target, maybe one)
+    return False
+
+
+def _scope_node_ids(model: FileModel, scope) -> frozenset[int]:
+    """Ids of every node of ``scope``'s own definition (memoised per scope)."""
+    key = ("scope-node-ids", id(scope))
+    found = model.memo.get(key)
+    if found is None:
+        found = model.memo[key] = frozenset(id(n) for n in walk(scope.node))
+    return found  # type: ignore[return-value]
 
 
 def _node_ids(model: FileModel, loop: Loop) -> frozenset[int]:

@@ -1,0 +1,237 @@
+"""TGL003 accum-zero-grad on short snippets the fixtures do not cover."""
+
+import textwrap
+
+import pytest
+
+from torchgradlint.engine import lint_source
+from torchgradlint.rules.accum_zero_grad import AccumZeroGrad, accumulation_gate
+
+
+def lines(src: str) -> list[int]:
+    """Lines of the TGL003 findings in ``src``."""
+    result = lint_source(textwrap.dedent(src), "x.py", [AccumZeroGrad])
+    return [d.line for d in result.diagnostics if d.code == "TGL003"]
+
+
+HEAD = """\
+import torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+
+def loop(body: str, head: str = HEAD) -> str:
+    """A loop over ``loader`` whose body is ``body`` (dedented, 4 spaces inside the loop)."""
+    return head + "for i, (x, y) in enumerate(loader):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+
+
+@pytest.mark.parametrize("gate", ["(i + 1) % accum_steps == 0", "not (i + 1) % 4", "i % k == k - 1",
+                                  "step_in_window == args.gradient_accumulation_steps",
+                                  "accelerator.sync_gradients", "n_accum >= 8"])
+def test_reset_every_micro_batch_fires_for_each_gate(gate):
+    assert lines(loop(f"""\
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        if {gate}:
+            optimizer.step()
+    """)) == [5]
+
+
+def test_reset_at_the_end_of_the_body_fires():
+    assert lines(loop("""\
+        model(x).pow(2).mean().backward()
+        if (i + 1) % 4 == 0:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    """)) == [8]
+
+
+def test_module_reset_and_helper_reset_fire():
+    src = HEAD + """\
+def reset(m):
+    for p in m.parameters():
+        p.grad = None
+for i, (x, y) in enumerate(loader):
+    model.zero_grad()
+    reset(model)
+    model(x).sum().backward()
+    if i % 4 == 3:
+        optimizer.step()
+"""
+    assert lines(src) == [8, 9]
+
+
+def test_scaler_step_under_gate_fires():
+    assert lines(loop("""\
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean() / 4
+        scaler.scale(loss).backward()
+        if (i + 1) % 4 == 0:
+            scaler.step(optimizer)
+            scaler.update()
+    """)) == [5]
+
+
+def test_aliased_imports_fire():
+    assert lines("""\
+        import torch.optim as O
+        from torch import nn
+        net = nn.Linear(3, 1)
+        opt = O.Adam(net.parameters())
+        for step, batch in enumerate(data_loader):
+            opt.zero_grad()
+            net(batch).mean().backward()
+            if step % grad_accum == 0:
+                opt.step()
+    """) == [6]
+
+
+@pytest.mark.parametrize("body", [
+    # reset in the step's branch, after or before the step
+    """\
+    model(x).sum().backward()
+    if (i + 1) % 4 == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+    """,
+    """\
+    model(x).sum().backward()
+    if (i + 1) % 4 == 0:
+        optimizer.step()
+    if (i + 1) % 4 == 0:
+        optimizer.zero_grad()
+    """,
+    # reset gated on the window's start
+    """\
+    if i % 4 == 0:
+        optimizer.zero_grad()
+    model(x).sum().backward()
+    if (i + 1) % 4 == 0:
+        optimizer.step()
+    """,
+    # the step runs on every iteration
+    """\
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+    """,
+    # a skip guard for non-finite values, not an accumulation gate
+    """\
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if torch.isfinite(norm):
+        optimizer.step()
+    """,
+    """\
+    optimizer.zero_grad()
+    loss = model(x).sum()
+    skip = not torch.isfinite(loss)
+    loss.backward()
+    if not skip:
+        optimizer.step()
+    """,
+    # backward only on the iterations that step (an update every N environment steps)
+    """\
+    optimizer.zero_grad()
+    buffer.append(x)
+    if i % update_every == 0:
+        model(torch.stack(buffer)).sum().backward()
+        optimizer.step()
+    """,
+    # the step's branch backpropagates itself (TD3: the actor every `policy_freq` critic steps)
+    """\
+    actor_opt.zero_grad()
+    critic_opt.zero_grad()
+    critic_loss(x).backward()
+    critic_opt.step()
+    if i % policy_freq == 0:
+        actor_loss(x).backward()
+        actor_opt.step()
+    """,
+])
+def test_near_misses_are_silent(body):
+    assert lines(loop(body)) == []
+
+
+def test_reset_of_another_optimizer_is_silent():
+    assert lines("""\
+        import torch
+        G, D = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+        opt_g = torch.optim.Adam(G.parameters())
+        opt_d = torch.optim.Adam(D.parameters())
+        for i, real in enumerate(loader):
+            d_loss = D(real).mean() - D(G(z).detach()).mean()
+            d_loss.backward()
+            if (i + 1) % 2 == 0:
+                opt_d.step()
+                opt_d.zero_grad()
+            opt_g.zero_grad()
+            D(G(z)).mean().backward()
+            opt_g.step()
+    """) == []
+
+
+ACCELERATE = """\
+from accelerate import Accelerator
+import torch
+accelerator = Accelerator(gradient_accumulation_steps=4)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.AdamW(model.parameters())
+model, optimizer = accelerator.prepare(model, optimizer)
+for batch in loader:
+    with accelerator.accumulate(model):
+        loss = model(batch).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        RESET
+"""
+
+
+def test_accelerate_module_reset_inside_accumulate_fires():
+    assert lines(ACCELERATE.replace("RESET", "model.zero_grad()")) == [12]
+
+
+@pytest.mark.parametrize("reset", ["optimizer.zero_grad()",
+                                   "if accelerator.sync_gradients:\n            model.zero_grad()"])
+def test_accelerate_optimizer_reset_or_synced_reset_is_silent(reset):
+    assert lines(ACCELERATE.replace("RESET", reset)) == []
+
+
+def test_accelerator_without_accumulation_steps_is_silent():
+    src = ACCELERATE.replace("Accelerator(gradient_accumulation_steps=4)", "Accelerator(mixed_precision='bf16')")
+    assert lines(src.replace("RESET", "model.zero_grad()")) == []
+    src = ACCELERATE.replace("Accelerator(gradient_accumulation_steps=4)", "Accelerator(**accelerator_kwargs)")
+    assert lines(src.replace("RESET", "model.zero_grad()")) == [12]
+
+
+def test_prepared_optimizer_reset_with_sync_gate_is_silent():
+    src = ACCELERATE.replace("    with accelerator.accumulate(model):\n", "    if True:\n").replace(
+        "        optimizer.step()\n        RESET\n",
+        "        if accelerator.sync_gradients:\n            optimizer.step()\n        optimizer.zero_grad()\n")
+    assert lines(src) == []
+
+
+def test_foreign_framework_file_is_silent():
+    assert lines("""\
+        import mxnet as mx
+        for i, (x, y) in enumerate(loader):
+            net.zero_grad()
+            loss = net(x).sum()
+            loss.backward()
+            if i % 4 == 0:
+                optimizer.step()
+    """) == []
+
+
+@pytest.mark.parametrize("test,expected", [("(i + 1) % k == 0", True), ("accelerator.sync_gradients", True),
+                                           ("args.gradient_accumulation_steps > 1", True),
+                                           ("torch.isfinite(norm)", False), ("not skip_step", False),
+                                           ("epoch > warmup", False)])
+def test_accumulation_gate(test, expected):
+    import libcst as cst
+
+    assert accumulation_gate(cst.parse_expression(test)) is expected
