@@ -1,13 +1,16 @@
 """Cost of ``torchgradlint run``: time per training step of a small CNN on CPU, with and without probes.
 
-Usage: ``python bench/run_overhead.py [--steps 200] [--rounds 5] [--threads 1]``
+Usage: ``python bench/run_overhead.py [--steps 200] [--rounds 5] [--threads 1] [--only]``
 
 One process; each round measures the process CPU time of ``--steps`` training steps (forward, loss, backward,
 optimizer step, and an evaluation batch under no_grad every 10 steps) with no probe,
-with each probe alone and with all probes, in an interleaved order. Prints the median
-time per step of each configuration, its ratio to the baseline, and the peak gradient
-memory (the probes copy no gradient: the stale-gradient probe compares version
-counters). The target is <= 1.3x with all probes on (see docs/run.md).
+with each probe alone (unless ``--only`` names configurations), with the core rules' probes and with
+all probes (``run``'s default), in an interleaved order (reversed every other round). Prints per
+configuration the median time per step, its min and max over the rounds, and the ratio of the
+medians to the baseline's, plus the median of the per-round ratios (each round's configuration
+against the same round's baseline: less sensitive to load that changes between rounds). The
+probes copy no gradient (the stale-gradient probe compares version counters). The target is
+<= 1.3x with all probes on (see docs/run.md).
 """
 
 from __future__ import annotations
@@ -74,15 +77,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadier figures)")
+    parser.add_argument("--only", action="store_true", help="baseline, core probes and all probes only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     configs: dict[str, list[str] | None] = {"baseline": None}
-    for name in probes_for(CORE_RULES):
-        configs[name] = [name]
-    configs["all probes"] = probes_for(CORE_RULES)
+    if not args.only:
+        for name in probes_for():
+            configs[name] = [name]
+    configs["core probes"] = probes_for(CORE_RULES)
+    configs["all probes"] = probes_for()
     times: dict[str, list[float]] = {k: [] for k in configs}
     run_config(None, 20)  # warm-up
-    run_config(probes_for(CORE_RULES), 20)
+    run_config(probes_for(), 20)
     for r in range(args.rounds):
         order = list(configs) if r % 2 == 0 else list(reversed(configs))
         for name in order:
@@ -91,10 +97,13 @@ def main() -> None:
     print(f"small CNN, batch 32, {args.steps} steps x {args.rounds} rounds, torch {torch.__version__}, "
           f"{args.threads} thread(s), CPU")
     print("CPU time of this process per step (time.process_time)")
-    print(f"{'configuration':<18} {'ms/step (median)':>17} {'min':>8} {'max':>8} {'ratio':>7}")
+    print("| configuration | ms/step (median) | min | max | ratio (medians) | per-round ratio (median) |")
+    print("|---|---|---|---|---|---|")
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"{name:<18} {med * 1e3:>17.3f} {min(ts) * 1e3:>8.3f} {max(ts) * 1e3:>8.3f} {med / base:>6.2f}x")
+        paired = statistics.median(t / b for t, b in zip(ts, times["baseline"]))
+        print(f"| {name} | {med * 1e3:.3f} | {min(ts) * 1e3:.3f} | {max(ts) * 1e3:.3f} | {med / base:.2f}x | "
+              f"{paired:.2f}x |")
 
 
 if __name__ == "__main__":

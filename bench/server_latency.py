@@ -7,7 +7,9 @@ waits for its first diagnostics (start-up, imports and the first lint), then
 sends ``--edits`` full-text changes (each inserts a comment line, so every
 version differs and is linted) one at a time and times, for each, from the
 ``didChange`` until the ``publishDiagnostics`` of that version arrives.
-Prints the median, min and max in milliseconds.
+Prints the median, min and max in milliseconds, and (on Linux) the CPU time
+the server and its worker processes spent per edit: on a busy machine the
+wall-clock round-trip waits for a core, the CPU time does not.
 
 Usage::
 
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
@@ -43,7 +47,31 @@ def training_file(lines: int = 500) -> str:
     return "".join(parts)
 
 
-async def measure(text: str, edits: int) -> tuple[float, list[float], int]:
+def tree_cpu_seconds(root: int) -> Optional[float]:
+    """User + system CPU seconds of process ``root`` and its descendants
+    (from ``/proc``; ``None`` where there is none)."""
+    if not os.path.isdir("/proc"):
+        return None
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(child for child, (parent, _) in stats.items() if parent == pid)
+    return total
+
+
+async def measure(text: str, edits: int) -> tuple[float, list[float], int, Optional[float]]:
     client = LanguageClient("bench", "1")
     arrived: asyncio.Queue = asyncio.Queue()
 
@@ -61,6 +89,8 @@ async def measure(text: str, edits: int) -> tuple[float, list[float], int]:
             text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
         at, first = await arrived.get()
         startup = at - started
+        pid = client._server.pid if client._server is not None else None
+        cpu_before = tree_cpu_seconds(pid) if pid else None
         times = []
         for version in range(2, edits + 2):
             edited = f"# edit {version}\n" + text
@@ -73,10 +103,12 @@ async def measure(text: str, edits: int) -> tuple[float, list[float], int]:
                 if params.version == version:
                     break
             times.append((at - sent) * 1000)
+        cpu_after = tree_cpu_seconds(pid) if pid else None
+        cpu = None if cpu_before is None or cpu_after is None else (cpu_after - cpu_before) * 1000 / edits
         await client.shutdown_async(None)
         client.exit(None)
         await client.stop()
-    return startup, times, len(first.diagnostics)
+    return startup, times, len(first.diagnostics), cpu
 
 
 def lint_cpu(text: str, rounds: int) -> list[float]:
@@ -100,11 +132,14 @@ def main() -> int:
     parser.add_argument("--edits", type=int, default=20)
     args = parser.parse_args()
     text = args.file.read_text() if args.file else training_file()
-    startup, times, found = asyncio.run(measure(text, args.edits))
+    startup, times, found, server_cpu = asyncio.run(measure(text, args.edits))
     print(f"file: {args.file or 'fixtures'} ({text.count(chr(10))} lines, {found} diagnostics)")
     print(f"start-up to first diagnostics: {startup * 1000:.0f} ms")
     print(f"round-trip over {len(times)} edits: median {statistics.median(times):.1f} ms, "
           f"min {min(times):.1f} ms, max {max(times):.1f} ms")
+    if server_cpu is not None:
+        print(f"CPU of the server and its worker per edit: {server_cpu:.1f} ms (mean)")
+    print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     cpu = lint_cpu(text, args.edits)
     print(f"the lint alone, in this process: median {statistics.median(cpu):.1f} ms CPU "
           f"(a floor for the round-trip that a loaded machine does not move)")

@@ -142,10 +142,10 @@ MATRIX = [
      "TGL000 file is 4,612 bytes, over the max-file-size budget of 2,000 bytes"),
     # 150 levels (CPython allows 200): analysed like any file, the finding found.
     ("nested-lists-150", "nested.py", _nested(150), [], 1, "nested.py:6:5: TGL001"),
-    # 300 levels: LibCST parses it, its recursive position pass cannot (and CPython refuses it).
-    ("nested-lists-300", "nested.py", _nested(300), [], 1, "TGL000 file is nested too deeply to be analysed"),
-    ("notebook-nested-cell", "deep.ipynb", _notebook(_nested(300)), [], 1,
-     "TGL000 file is nested too deeply to be analysed"),
+    # 300 levels: LibCST parses it (CPython refuses it); the position pass runs
+    # on the reported statement only, not through the nested lists: the finding.
+    ("nested-lists-300", "nested.py", _nested(300), [], 1, "nested.py:6:5: TGL001"),
+    ("notebook-nested-cell", "deep.ipynb", _notebook(_nested(300)), [], 1, "deep.ipynb:cell 1:6:5: TGL001"),
     ("tabs-cpython-accepts", "tabs.py", TABS, [], 1, "tabs.py:8:2: TGL001"),
 ]
 
@@ -240,3 +240,18 @@ def test_budgets_from_pyproject_and_their_validation(tmp_path):
     assert out.returncode == 2 and "file-timeout must be a number" in out.stderr
     out = run("check", "--file-timeout", "-1", str(tmp_path))
     assert out.returncode == 2 and "must be 0 or more" in out.stderr
+
+
+def test_a_recursion_error_while_analysing_is_one_tgl000(monkeypatch):
+    """What still recurses per nesting level (LibCST's position pass over a
+    reported statement, a rule) ends in one ``TGL000``, not a traceback."""
+    from torchgradlint import engine
+    from torchgradlint.registry import all_rules
+
+    def too_deep(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(engine, "node_ranges", too_deep)
+    result = engine.lint_source(_nested(10), "nested.py", [r for r in all_rules() if r.default_enabled])
+    assert [(d.code, d.message) for d in result.diagnostics] == [
+        ("TGL000", "file is nested too deeply to be analysed, so it was not linted")]

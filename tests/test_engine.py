@@ -187,20 +187,116 @@ def test_gc_pause_restores_a_disabled_collector():
 
 
 def test_positions_stop_early_but_agree_with_libcst():
-    """The position pass stops after the last wanted node: every wanted range
-    must equal what LibCST's MetadataWrapper computes over the whole tree."""
+    """The position pass stops after the last wanted node, and the fast path
+    generates only the statements around them: every wanted range must
+    equal what LibCST's MetadataWrapper computes over the whole tree, and the
+    fast path must answer (not fall back) for every node the analysis walk
+    reaches."""
     import random
 
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from torchgradlint import engine
+    from torchgradlint import engine, positions
+    from torchgradlint.analysis.tree import walk
 
     rng = random.Random(0)
     for path in sorted(FIXTURES.glob("TGL*/*.py"))[:12]:
-        module = engine.parse_module(path.read_text())
+        source = path.read_text()
+        module = engine.parse_module(source)
         full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
         nodes = list(full)
+        code_nodes = [n for n in walk(module) if n is not module]
         for _ in range(5):
             wanted = set(rng.sample(nodes, min(len(nodes), rng.randint(1, 3))))
-            got = engine._positions(module, wanted)
+            got = positions.node_ranges(module, wanted)
             assert {n: got[n] for n in wanted} == {n: full[n] for n in wanted}, path
+            got = positions.node_ranges(module, wanted, source)  # whitespace nodes: falls back
+            assert {n: got[n] for n in wanted} == {n: full[n] for n in wanted}, path
+            wanted = set(rng.sample(code_nodes, min(len(code_nodes), rng.randint(1, 3))))
+            got = positions._statement_ranges(module, wanted, source, None)
+            assert {n: got[n] for n in wanted} == {n: full[n] for n in wanted}, path
+
+
+STATEMENT_SHAPES = """\
+import torch  # header comment
+
+
+@torch.no_grad()
+@staticmethod
+def evaluate(model, xs):
+    # leading comment
+    for x in xs:
+        if x: a = model(x); b = a + 1
+        elif x is None:
+            pass
+        else:
+            with torch.enable_grad():
+                c = model(
+                    x,
+                )
+    try:
+        d = 1
+    except ValueError:
+        d = 2
+    while True: break
+
+
+class Net(torch.nn.Module):
+\tdef forward(self, x):
+\t\treturn x
+async def f():
+    async for y in g():
+        async with h() as z:
+            await z
+x = [1,
+     2]; y = 3"""
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+@pytest.mark.parametrize("final_newline", [True, False])
+def test_statement_positions_in_every_block_shape(newline, final_newline):
+    """Each node of a file with decorators, ``;`` lines, one-line suites,
+    ``elif``/``else``/``except`` branches, tab indentation, async blocks,
+    every line ending and no final line break gets LibCST's own range from
+    the fast path, without falling back."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from torchgradlint import engine, positions
+    from torchgradlint.analysis.tree import walk
+
+    source = STATEMENT_SHAPES.replace("\n", newline) + (newline if final_newline else "")
+    module = engine.parse_module(source)
+    full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    for node in walk(module):
+        if node is not module:
+            assert positions._statement_ranges(module, {node}, source, None) == {node: full[node]}, node
+
+
+def test_positions_fall_back_when_the_fast_path_cannot_answer(monkeypatch):
+    """A statement whose text starts one line only is placed there; one whose
+    text repeats is placed by Python's ``ast``. A wanted node outside every
+    statement (the module), or an ``ast`` that does not match the source
+    (the text check fails), takes the whole-module pass: LibCST's own
+    ranges, never shifted ones."""
+    import ast
+
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from torchgradlint import engine, positions
+
+    calls = []
+    whole = positions.module_ranges
+    monkeypatch.setattr(positions, "module_ranges", lambda m, w: calls.append(w) or whole(m, w))
+    source = "import torch\n\n\ndef f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n    y = 2\n"
+    module = engine.parse_module(source)
+    full = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    ret_f = module.body[1].body.body[0]  # its text is also g's first line
+    y = module.body[2].body.body[1]  # unique text
+    shifted = ast.parse("\n" + source)  # every statement one line too low
+    assert positions.node_ranges(module, {ret_f, y}, source) == {ret_f: full[ret_f], y: full[y]}
+    assert positions.node_ranges(module, {y}, source, shifted) == {y: full[y]}  # the ast is not asked
+    assert calls == []
+    assert positions.node_ranges(module, {ret_f}, source, shifted)[ret_f] == full[ret_f]
+    assert len(calls) == 1
+    assert positions.node_ranges(module, {module}, source)[module] == full[module]
+    assert len(calls) == 2

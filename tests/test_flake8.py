@@ -84,9 +84,9 @@ print("IMPORTED:" + ",".join(heavy))
 """
 
 
-def _flake8_heavy_imports(select, target):
+def _flake8_heavy_imports(select, *targets):
     out = subprocess.run([sys.executable, "-c", _RUN_FLAKE8_REPORT_IMPORTS, "--isolated", f"--select={select}",
-                          str(target)], capture_output=True, text=True)
+                          *map(str, targets)], capture_output=True, text=True)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("IMPORTED:")]
     assert line, out.stdout + out.stderr
     return line[0].removeprefix("IMPORTED:")
@@ -171,3 +171,23 @@ def test_flake8_rejects_an_unknown_tgl_selector_like_check(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "flake8", "--isolated", "--select=TGL1,TGL000", str(target)],
                         capture_output=True, text=True)
     assert ok.returncode == 1 and "TGL101" in ok.stdout
+
+
+def test_parallel_flake8_imports_the_engine_once_before_forking_its_workers(tmp_path):
+    """With TGL selected and several files, flake8's main process imports the
+    engine just before it forks its pool (the workers inherit it); with only
+    F selected it never does, and a fork that is not flake8's pool is left
+    alone. Findings are those of a serial run."""
+    files = [str(FIXTURES / "TGL001" / "bad_basic_loop.py"), str(FIXTURES / "TGL101" / "bad_losses_append.py")]
+    assert "libcst" in _flake8_heavy_imports("F,TGL", "--jobs=2", *files).split(",")
+    assert _flake8_heavy_imports("F", "--jobs=2", *files) == ""
+    probe = ("import os, sys\nfrom torchgradlint import flake8_plugin\n"
+             "flake8_plugin._preload_before_pool_fork()\nprint('libcst' in sys.modules)\n")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
+    serial = set()
+    for f in files:
+        serial |= _flake8_findings(f)
+    both = subprocess.run([sys.executable, "-m", "flake8", "--isolated", "--select=TGL", "--jobs=2",
+                           "--format=%(path)s\t%(row)d\t%(col)d\t%(code)s", *files], capture_output=True, text=True)
+    assert {(Path(p).resolve(), int(r), int(c), code)
+            for p, r, c, code in (ln.split("\t") for ln in both.stdout.splitlines())} == serial != set()

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torchgradlint.harness.probes import all_probes  # noqa: E402
+from torchgradlint.harness.probe_registry import all_probes  # noqa: E402
 from torchgradlint.harness.probes_amp import AmpClipScaleProbe, AmpScalerBypassProbe, ScaleUnits  # noqa: E402
 from torchgradlint.harness.runner import rule_probes  # noqa: E402
 from test_probes_numerics import observed as observed_twice  # noqa: E402

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torchgradlint.fixture_spec import load_fixtures  # noqa: E402
 from torchgradlint.harness.run import main as run_main, resolve_probes, split_argv, watch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +70,52 @@ def test_run_core_defects_in_every_output_format(script, monkeypatch, tmp_path, 
         out = tmp_path / f"report.{fmt}"
         assert run_main(["--output-format", fmt, "--output", str(out), script]) == 1
         assert parse(out.read_text(), script) == marked(SCRIPTS / script), (fmt, out.read_text())
+    capsys.readouterr()
+
+
+# -- the rules added after the core five: each fixture under `run` with every probe on -------------------
+NEW_RULES = ["TGL006", "TGL007", "TGL103", "TGL104", "TGL203", "TGL303", "TGL304", "TGL305"]
+NEW_FIXTURES = [f for f in load_fixtures(ROOT / "fixtures") if f.code in NEW_RULES]
+
+
+def run_fixture(fixture, monkeypatch, tmp_path, *options):
+    """``torchgradlint run --output-format json [options] fixture.py`` in-process, in the fixture's folder."""
+    monkeypatch.chdir(fixture.path.parent)
+    out = tmp_path / "report.json"
+    rc = run_main(["--output-format", "json", "--output", str(out), *options, fixture.path.name])
+    return rc, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", [f for f in NEW_FIXTURES if f.kind == "bad"], ids=lambda f: f.name)
+def test_run_measures_each_new_rule_at_its_fixture_line(fixture, monkeypatch, tmp_path, capsys):
+    rc, found = run_fixture(fixture, monkeypatch, tmp_path)
+    capsys.readouterr()
+    assert rc == 1
+    assert {(d["code"], d["location"]["row"]) for d in found} == set(fixture.expected), found
+    for d in found:
+        measured = d["message"].split("measured at run time: ", 1)[1]
+        assert re.search(r"\d", measured), d["message"]  # the measured figure
+        assert "confirms the static finding" in d["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", [f for f in NEW_FIXTURES if f.kind == "ok"], ids=lambda f: f.name)
+def test_run_reports_nothing_on_each_new_rules_ok_fixture(fixture, monkeypatch, tmp_path, capsys):
+    rc, found = run_fixture(fixture, monkeypatch, tmp_path)
+    capsys.readouterr()
+    assert (rc, found) == (0, [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", NEW_RULES)
+def test_run_new_rules_in_every_output_format(code, monkeypatch, tmp_path, capsys):
+    fixture = next(f for f in NEW_FIXTURES if f.code == code and f.kind == "bad")
+    monkeypatch.chdir(fixture.path.parent)
+    for fmt, parse in FORMAT_LINES.items():
+        out = tmp_path / f"report.{fmt}"
+        assert run_main(["--probes", code, "--output-format", fmt, "--output", str(out), fixture.path.name]) == 1
+        assert parse(out.read_text(), fixture.path.name) == set(fixture.expected), (fmt, out.read_text())
     capsys.readouterr()
 
 

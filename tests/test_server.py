@@ -192,3 +192,31 @@ def test_a_document_that_hangs_the_parser_is_one_tgl000_and_the_server_goes_on(t
         assert [d.code for d in (await s.next_diagnostics(uri)).diagnostics] == ["TGL001"]
 
     run(scenario, tmp_path)
+
+
+def test_unchanged_text_is_not_linted_again(tmp_path):
+    """The same text under the same settings (a save after the change that
+    produced it) reuses the last diagnostics; new text, or a result that is a
+    time-out/crash ``TGL000``, is linted again."""
+    from torchgradlint.diagnostics import PARSE_ERROR_CODE, Diagnostic
+    from torchgradlint.server import TorchGradLintServer
+
+    server = TorchGradLintServer()
+    server.worker.close()
+    sent = []
+    outcome = ([Diagnostic("TGL001", "m", "train.py", 16, 9, 16, 20)], True, None)
+
+    def lint(path, codes, data, budget):
+        sent.append(data)
+        return outcome
+
+    server.worker.lint = lint
+    uri = (tmp_path / "train.py").as_uri()
+    first = server.lint_text(uri, BAD)
+    assert server.lint_text(uri, BAD) == first and len(sent) == 1
+    server.lint_text(uri, BAD + "\n")
+    assert len(sent) == 2
+    outcome = ([Diagnostic(PARSE_ERROR_CODE, "timed out", "train.py", 1, 1, 1, 1)], False, None)
+    server.lint_text(uri, OK)
+    server.lint_text(uri, OK)
+    assert len(sent) == 4

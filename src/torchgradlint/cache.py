@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from . import __version__
 from .diagnostics import Diagnostic, Fix
@@ -64,6 +64,17 @@ def tool_fingerprint() -> str:
                 h.update(f"{os.path.relpath(os.path.join(dirpath, name), root)}:{st.st_size}:{st.st_mtime_ns};"
                          .encode())
     return h.hexdigest()[:16]
+
+
+def read_json(path: Path) -> dict:
+    """The JSON object in ``path``; ``{}`` when it is missing, unreadable or
+    not an object."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            obj = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def _today() -> int:
@@ -117,9 +128,12 @@ class Cache:
         slot = hashlib.sha256(display.encode("utf-8", "surrogateescape") + b"\0" + selection.encode()).hexdigest()
         return slot[:32], hashlib.sha256(self.fingerprint.encode() + b"\0" + data).hexdigest()
 
-    def get(self, key: EntryKey, display: str) -> Optional[tuple[list[Diagnostic], bool]]:
+    def get(self, key: EntryKey, display: str,
+            still_valid: Optional[Callable[[Sequence], bool]] = None) -> Optional[tuple[list[Diagnostic], bool]]:
         """Cached ``(diagnostics, parsed)`` for ``key``, or ``None`` on a
-        miss (an unreadable or corrupt index is empty)."""
+        miss (an unreadable or corrupt index is empty). An entry recorded
+        with ``deps`` (other files whose facts the result rests on) hits only
+        when ``still_valid(deps)`` says they are unchanged."""
         if self._index is None:
             self._index = self._read()
         slot, digest = key
@@ -127,17 +141,24 @@ class Cache:
         try:
             if entry is None or entry[0] != digest:
                 return None
+            deps = entry[4] if len(entry) > 4 else []
+            if deps and (still_valid is None or not still_valid(deps)):
+                return None
             found = [_from_row(display, row) for row in entry[3]], bool(entry[1])
         except (ValueError, TypeError, IndexError, KeyError):
             return None
         if entry[2] != self._today:
-            self._changed[slot] = [entry[0], entry[1], self._today, entry[3]]
+            self._changed[slot] = [entry[0], entry[1], self._today, *entry[3:]]
         return found
 
-    def put(self, key: EntryKey, diagnostics: Sequence[Diagnostic], parsed: bool) -> None:
-        """Record one file's result, written by :meth:`save`."""
+    def put(self, key: EntryKey, diagnostics: Sequence[Diagnostic], parsed: bool, deps: Sequence = ()) -> None:
+        """Record one file's result, written by :meth:`save`. ``deps``: the
+        other files its result rests on, as JSON-able items that
+        :meth:`get`'s ``still_valid`` checks (the project index's
+        ``[path, digest]`` pairs)."""
         slot, digest = key
-        self._changed[slot] = [digest, int(parsed), self._today, [_to_row(d) for d in diagnostics]]
+        row = [digest, int(parsed), self._today, [_to_row(d) for d in diagnostics]]
+        self._changed[slot] = row + [list(deps)] if deps else row
 
     def save(self) -> None:
         """Merge this run's entries into the index on disk and replace it
@@ -149,15 +170,27 @@ class Cache:
         index = self._read()  # what concurrent runs wrote since this run began
         index.update(self._changed)
         oldest = self._today - MAX_AGE_DAYS
-        index = {slot: e for slot, e in index.items() if isinstance(e, list) and len(e) == 4
+        index = {slot: e for slot, e in index.items() if isinstance(e, list) and len(e) in (4, 5)
                  and isinstance(e[2], int) and e[2] >= oldest}
+        self.write_json(self.index_path, {"format": _FORMAT, "entries": index})
+        self._index, self._changed = index, {}
+
+    def _read(self) -> dict[str, list]:
+        obj = read_json(self.index_path)
+        entries = obj.get("entries") if obj.get("format") == _FORMAT else {}
+        return entries if isinstance(entries, dict) else {}
+
+    def write_json(self, path: Path, obj: object) -> None:
+        """Write ``obj`` as JSON to ``path`` (a file in this cache's
+        fingerprint folder) atomically: a temporary file renamed into place.
+        Failures to write are ignored."""
         tmp = None
         try:
             self._prepare()
-            fd, tmp = tempfile.mkstemp(dir=self.index_path.parent, prefix=".tmp-", suffix=".json")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"format": _FORMAT, "entries": index}, fh, separators=(",", ":"))
-            os.replace(tmp, self.index_path)
+                json.dump(obj, fh, separators=(",", ":"))
+            os.replace(tmp, path)
             tmp = None
         except OSError:
             pass
@@ -167,16 +200,6 @@ class Cache:
                     os.unlink(tmp)
                 except OSError:
                     pass
-        self._index, self._changed = index, {}
-
-    def _read(self) -> dict[str, list]:
-        try:
-            with open(self.index_path, encoding="utf-8") as fh:
-                obj = json.load(fh)
-            entries = obj["entries"] if obj.get("format") == _FORMAT else {}
-            return entries if isinstance(entries, dict) else {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}
 
     def _prepare(self) -> None:
         self.index_path.parent.mkdir(parents=True, exist_ok=True)

@@ -71,6 +71,9 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
                    help="neither read nor write the content-hash cache (.torchgradlint_cache)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="cache folder (default: $TORCHGRADLINT_CACHE_DIR or ./.torchgradlint_cache)")
+    p.add_argument("--no-project-index", action="store_true",
+                   help="do not resolve classes and decorators imported from the project's other files "
+                        "(config: project-index = false)")
     p.add_argument("--fix", action="store_true", help="apply safe fixes in place, then report what remains")
     p.add_argument("--diff", action="store_true",
                    help="print the fixes as a unified diff instead of applying them (exit 1 if any)")
@@ -213,7 +216,8 @@ def _check(args: argparse.Namespace) -> int:
         print("torchgradlint: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_ERROR
     settings = Settings(RuleLayer(tuple(select) if select is not None else None, tuple(extend), tuple(ignore)),
-                        isolated=args.isolated, max_file_size=args.max_file_size, file_timeout=args.file_timeout)
+                        isolated=args.isolated, max_file_size=args.max_file_size, file_timeout=args.file_timeout,
+                        project_index=not args.no_project_index)
     ctx = RenderContext(unsafe_fixes=args.unsafe_fixes)
     path_errors = False
     try:
@@ -243,9 +247,12 @@ def _check(args: argparse.Namespace) -> int:
                     from .cache import Cache
 
                     cache = Cache(args.cache_dir) if args.cache_dir else Cache.default()
+                from .project_index import indexes_for
+
                 run = lint_paths(found.files, [], jobs=args.jobs, codes_for=settings.codes_for, progress=advance,
                                  cache=cache, selection_for=settings.selection_key,
-                                 before_linting=validate_selectors, budget_for=settings.budget_for)
+                                 before_linting=validate_selectors, budget_for=settings.budget_for,
+                                 project_for=indexes_for(args.paths, cache, settings.uses_project_index))
             ctx.paths = list(found.files)
             if args.output_format in NEEDS_SOURCES:
                 _read_sources(ctx, {d.path for d in run.diagnostics})

@@ -10,6 +10,7 @@ Keys (all optional, ruff's names and meanings)::
     extend-exclude = ["gen/*.py"]  # adds to the excluded paths
     max-file-size = 5242880        # bytes; a larger file is one TGL000, not parsed (0: no limit)
     file-timeout = 20              # seconds per file; a slower lint is stopped, one TGL000 (0: no limit)
+    project-index = true           # resolve classes and decorators imported from the project's other files
     [tool.torchgradlint.per-file-ignores]
     "tests/**" = ["TGL1"]          # glob (relative to the pyproject.toml's folder) -> selectors
 
@@ -69,6 +70,7 @@ SCHEMA: dict[str, Any] = {
         "per-file-ignores": {"type": "object", "additionalProperties": _SELECTORS},
         "max-file-size": {"type": "integer", "minimum": 0},
         "file-timeout": {"type": "number", "minimum": 0},
+        "project-index": {"type": "boolean"},
     },
 }
 """JSON schema of the ``[tool.torchgradlint]`` table."""
@@ -93,6 +95,7 @@ class Config:
         extend_exclude: added to the excluded patterns.
         max_file_size: bytes (``max-file-size``), ``None`` when not set.
         file_timeout: seconds (``file-timeout``), ``None`` when not set.
+        project_index: ``project-index``, ``None`` when not set (on).
     """
 
     path: Path
@@ -103,6 +106,7 @@ class Config:
     extend_exclude: tuple[str, ...] = ()
     max_file_size: Optional[int] = None
     file_timeout: Optional[float] = None
+    project_index: Optional[bool] = None
 
     def __post_init__(self) -> None:
         import pathspec
@@ -206,6 +210,7 @@ def parse_config(data: dict[str, Any], source: Path) -> Config:
         extend_exclude=tuple(data.get("extend-exclude", ())),
         max_file_size=data.get("max-file-size"),
         file_timeout=data.get("file-timeout"),
+        project_index=data.get("project-index"),
     )
 
 
@@ -277,8 +282,10 @@ class Settings:
     command line's layer on top. ``isolated`` ignores every config file."""
 
     def __init__(self, cli: RuleLayer = RuleLayer(), *, isolated: bool = False,
-                 max_file_size: Optional[int] = None, file_timeout: Optional[float] = None) -> None:
+                 max_file_size: Optional[int] = None, file_timeout: Optional[float] = None,
+                 project_index: bool = True) -> None:
         self.cli = cli
+        self.project_index = project_index  # False: the command line's --no-project-index
         self.isolated = isolated
         self.max_file_size = max_file_size  # the command line's, over the config's
         self.file_timeout = file_timeout
@@ -321,6 +328,19 @@ class Settings:
             codes = resolve_codes(layers, pfi)
             self._cache[key] = codes
         return codes
+
+    def uses_project_index(self, path: "str | os.PathLike[str]") -> bool:
+        """Whether the file ``path`` is linted with its project index: unless
+        the command line turned it off or its config says ``project-index =
+        false``.
+
+        Raises:
+            ConfigError: a malformed ``pyproject.toml``.
+        """
+        if not self.project_index:
+            return False
+        cfg = self.config_for(path)
+        return cfg is None or cfg.project_index is not False
 
     def budget_for(self, path: "str | os.PathLike[str]") -> Budget:
         """The :class:`~torchgradlint.limits.Budget` of the file ``path``: the

@@ -145,10 +145,13 @@ def _cut(text: str, at: int, skip: int) -> tuple[str, str]:
 
 @dataclass
 class LintResult:
-    """Diagnostics of one file plus whether the parser ran on it."""
+    """Diagnostics of one file plus whether the parser ran on it, and
+    ``deps``: ``[path, sha256]`` of the other project files whose facts the
+    result rests on (see :mod:`torchgradlint.project_index`)."""
 
     diagnostics: list[Diagnostic]
     parsed: bool
+    deps: list = field(default_factory=list)
 
 
 def read_file(path: str, display: Optional[str] = None) -> Union[bytes, LintResult]:

@@ -12,11 +12,9 @@ import os
 import re
 import threading
 import tokenize
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import libcst as cst
-from libcst.metadata import CodeRange
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .analysis import build_model
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file, split_message
@@ -25,8 +23,12 @@ from .lines import bytes_readline, split_lines
 from .noqa import NoqaFilter
 from .cells import foreign_spans, in_spans
 from .notebook import JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells
+from .positions import node_ranges
 from .prefilter import candidate_rules
 from .registry import Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .project_index import ProjectIndex, ProjectView
 
 
 class _ParsingThreads(threading.local):
@@ -189,6 +191,7 @@ def lint_source(
     *,
     apply_noqa: bool = True,
     tree: Optional[ast.Module] = None,
+    project: Optional["ProjectIndex"] = None,
 ) -> LintResult:
     """All diagnostics of ``rules`` for one file's text, sorted by position.
 
@@ -200,6 +203,9 @@ def lint_source(
             passes ``False``: flake8 applies noqa itself).
         tree: the file's Python ``ast``, when the caller has it (flake8
             does), for the prefilter's second stage.
+        project: the index of the file's project, to resolve names it
+            imports from other files (:mod:`torchgradlint.project_index`);
+            the result's ``deps`` then lists the files consulted.
 
     A syntax error yields a single ``TGL000`` diagnostic instead of raising.
     """
@@ -207,15 +213,31 @@ def lint_source(
         # ``_lint_paused`` returns only diagnostics: its trees are freed by
         # reference counting before the collector resumes, so the collection
         # that resumes it walks a small heap, not a whole LibCST tree.
-        return _lint_paused(source, path, rules, apply_noqa, tree)
+        return _lint_paused(source, path, rules, apply_noqa, tree, project)
+
+
+# What :meth:`ProjectIndex.prefilter_hint` can add to a file's text.
+_GRAD_HINTS = "\n# inference_mode set_grad_enabled"
 
 
 def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa: bool,
-                 tree: Optional[ast.Module]) -> LintResult:
+                 tree: Optional[ast.Module], project: Optional["ProjectIndex"] = None) -> LintResult:
     """:func:`lint_source`'s work, run with the cyclic collector paused."""
     active = candidate_rules(source, rules, tree)
+    used: dict[str, str] = {}
+    # The prefilter sees one file: a decorator of the project that switches grad mode off is spelled
+    # elsewhere. The rules it would revive run when the model shows such a decorator; a file the
+    # prefilter would skip whole is looked at first (Python's ``ast``, its imports resolved).
+    revivable: list[type[Rule]] = []
+    if project is not None and len(active) < len(rules):
+        revivable = [r for r in candidate_rules(source + _GRAD_HINTS, rules, tree) if r not in active]
+        if revivable and not active:
+            hint = project.prefilter_hint(path, source, used)
+            if hint:
+                active = candidate_rules(source + "\n#" + hint, rules, tree)
+                revivable = [r for r in revivable if r not in active]
     if not active:
-        return LintResult([], False)
+        return LintResult([], False, [[p, d] for p, d in sorted(used.items())])
     indents: Optional[_ExpandedIndentation] = None
     try:
         try:
@@ -229,33 +251,44 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
         return LintResult([_parse_error(source, path, exc)], True)
     except RecursionError:
         return LintResult([_too_deep(path, "parsed")], True)
+    view = project.view(path, module, used) if project is not None else None
     try:
-        diags = _diagnostics(module, indents.text if indents else source, path, active)
+        diags = _diagnostics(module, indents.text if indents else source, path, active,
+                             tree if indents is None else None, view, revivable)
     except RecursionError:  # a rule or position pass that recurses per nesting level
         return LintResult([_too_deep(path, "analysed")], True)
+    deps = view.deps() if view is not None else []
     if diags and "%%" in source:
         spans = foreign_spans(source)  # cells written for another framework
         diags = [d for d in diags if not in_spans(d.line, spans)]
     if not diags:
-        return LintResult([], True)
+        return LintResult([], True, deps)
     if indents is not None:
         diags = [indents.map_back(d) for d in diags]
     out = sorted(diags, key=lambda d: d.sort_key)
     if apply_noqa:
         out = NoqaFilter(source).filter(out)
-    return LintResult(out, True)
+    return LintResult(out, True, deps)
 
 
-def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[type[Rule]]) -> list[Diagnostic]:
-    """The findings of ``active`` on a parsed module, one per (code, line, column)."""
-    model = build_model(module, source, path)
+def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[type[Rule]],
+                 tree: Optional[ast.Module] = None, project: Optional["ProjectView"] = None,
+                 revivable: Sequence[type[Rule]] = ()) -> list[Diagnostic]:
+    """The findings of ``active`` on a parsed module, one per (code, line,
+    column); ``tree``: Python's ``ast`` of ``source``, when the caller has it;
+    ``project``: the file's view of its project index; ``revivable``: rules
+    that run too when a project decorator of the file switches grad mode."""
+    model = build_model(module, source, path, project)
+    if revivable and project is not None and project.switches_grad:
+        active = [*active, *revivable]
     found = []
     for rule_cls in active:
         for finding in rule_cls().check(model):
             found.append((rule_cls, finding))
     if not found:
         return []
-    positions = _positions(module, {f.node for _, f in found} | {f.fix[0] for _, f in found if f.fix is not None})
+    wanted = {f.node for _, f in found} | {f.fix[0] for _, f in found if f.fix is not None}
+    positions = node_ranges(module, wanted, source, tree)
     diags: dict[tuple, Diagnostic] = {}
     for rule_cls, finding in found:
         rng = positions[finding.node]
@@ -271,65 +304,6 @@ def _diagnostics(module: cst.Module, source: str, path: str, active: Sequence[ty
                        rng.end.line, rng.end.column + 1, fix, detail=detail or None)
         diags.setdefault((d.code, d.line, d.col), d)
     return list(diags.values())
-
-
-class _AllFound(Exception):
-    """Raised inside the position pass once every wanted node has its range."""
-
-
-_NO_RANGE = CodeRange((1, 0), (1, 0))
-
-
-class _WantedRanges(dict):
-    """The provider's node -> range table; stops the pass (:class:`_AllFound`)
-    as soon as every wanted node is in it. A node's first range is final
-    (the provider writes the syntactic range, then never overwrites it), and
-    a node is written when its code is complete, so the nodes still open when
-    the pass stops are none of the wanted ones: while the stop unwinds them,
-    their lookups get a placeholder and their writes are ignored."""
-
-    def __init__(self, wanted: "set[cst.CSTNode]") -> None:
-        super().__init__()
-        self.missing = set(wanted)
-        self.done = not self.missing
-
-    def __setitem__(self, node: cst.CSTNode, rng: CodeRange) -> None:
-        if self.done:
-            return
-        super().__setitem__(node, rng)
-        if node in self.missing:
-            self.missing.discard(node)
-            if not self.missing:
-                self.done = True
-                raise _AllFound
-
-    def __missing__(self, node: cst.CSTNode) -> CodeRange:
-        if self.done:
-            return _NO_RANGE
-        raise KeyError(node)
-
-
-def _positions(module: cst.Module, wanted: "set[cst.CSTNode]") -> "Mapping[cst.CSTNode, CodeRange]":
-    """The :class:`~libcst.metadata.CodeRange` (``PositionProvider``'s) of
-    every node in ``wanted`` (and of the nodes before them).
-
-    The provider's one code-generation pass is run directly, and stopped once
-    the last wanted node has its range: through ``MetadataWrapper.resolve``
-    the positions of a whole tree cost about twice as much (238 vs 118 ms on a
-    500-line file with 8 findings; the wrapper adds a visit of the whole
-    tree), and for a file with findings positions were two thirds of its
-    lint. Falls back to the wrapper should LibCST's provider internals change.
-    """
-    provider = PositionProvider()
-    table = _WantedRanges(wanted)
-    try:
-        provider._computed = table
-        provider._gen_impl(module)
-    except _AllFound:
-        pass
-    except AttributeError:  # pragma: no cover - a LibCST without these internals
-        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return table
 
 
 def _too_deep(path: str, what: str) -> Diagnostic:
@@ -400,7 +374,8 @@ class _ExpandedIndentation:
                                    fix=fix)
 
 
-def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noqa: bool = True) -> LintResult:
+def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noqa: bool = True,
+               project: Optional["ProjectIndex"] = None) -> LintResult:
     """:func:`lint_source` for raw file bytes; undecodable bytes give one
     ``TGL000`` diagnostic."""
     try:
@@ -410,47 +385,52 @@ def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noq
         return LintResult([Diagnostic(PARSE_ERROR_CODE,
                                       f"file could not be decoded, so it was not linted: {reason}",
                                       path, 1, 1, 1, 1)], False)
-    return lint_source(source, path, rules, apply_noqa=apply_noqa)
+    return lint_source(source, path, rules, apply_noqa=apply_noqa, project=project)
 
 
 def lint_data(data: bytes, path: str, rules: Sequence[type[Rule]], *,
-              budget: Budget = DEFAULT_BUDGET) -> LintResult:
+              budget: Budget = DEFAULT_BUDGET, project: Optional["ProjectIndex"] = None) -> LintResult:
     """Lint one file's bytes: a Jupyter notebook when ``path`` ends in
     ``.ipynb`` (see :mod:`torchgradlint.notebook`), else Python source. Bytes
-    over ``budget.max_file_size`` give one ``TGL000`` and are not parsed."""
+    over ``budget.max_file_size`` give one ``TGL000`` and are not parsed.
+    ``project``: the index of the file's project (see :func:`lint_source`)."""
     if budget.too_large(len(data)):
         return LintResult([size_diagnostic(path, len(data), budget)], False)
     if is_notebook(path):
         joined = read_notebook(data, path)
         if isinstance(joined, LintResult):
             return joined
-        return map_to_cells(_lint_notebook(joined, path, rules), joined)
-    return lint_bytes(data, path, rules)
+        inner = _lint_notebook(joined, path, rules, project)
+        result = map_to_cells(inner, joined)
+        result.deps = inner.deps
+        return result
+    return lint_bytes(data, path, rules, project=project)
 
 
-def _lint_notebook(joined: JoinedSource, path: str, rules: Sequence[type[Rule]]) -> LintResult:
+def _lint_notebook(joined: JoinedSource, path: str, rules: Sequence[type[Rule]],
+                   project: Optional["ProjectIndex"] = None) -> LintResult:
     """Lint a notebook's joined cells. When the program does not parse, the
     cells that do not compile on their own get one ``TGL000`` each and the
     others are still linted (a placeholder exercise cell must not silence
     the whole notebook)."""
-    result = lint_source(joined.source, path, rules)
+    result = lint_source(joined.source, path, rules, project=project)
     if not any(d.code == PARSE_ERROR_CODE for d in result.diagnostics):
         return result
     bad = unparsable_cells(joined)
     starts = joined.cell_starts()
     if not bad or len(bad) == len(starts):
         return result
-    rest = lint_source(joined.blank_cells(set(bad)).source, path, rules)
+    rest = lint_source(joined.blank_cells(set(bad)).source, path, rules, project=project)
     if any(d.code == PARSE_ERROR_CODE for d in rest.diagnostics):
         return result
     errors = [Diagnostic(PARSE_ERROR_CODE, f"cell {cell} could not be parsed, so it was not linted: {msg}",
                          path, starts[cell] + line - 1, col, starts[cell] + line - 1, col)
               for cell, (line, col, msg) in sorted(bad.items())]
-    return LintResult(sorted(errors + rest.diagnostics, key=lambda d: d.sort_key), True)
+    return LintResult(sorted(errors + rest.diagnostics, key=lambda d: d.sort_key), True, rest.deps)
 
 
 def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] = None,
-              budget: Budget = DEFAULT_BUDGET) -> LintResult:
+              budget: Budget = DEFAULT_BUDGET, project: Optional["ProjectIndex"] = None) -> LintResult:
     """Read and lint one file (Python or notebook). Unreadable files, and
     files over ``budget.max_file_size`` (checked before reading), give one
     ``TGL000`` diagnostic."""
@@ -463,4 +443,4 @@ def lint_file(path: str, rules: Sequence[type[Rule]], *, display: Optional[str] 
     data = read_file(path, display)
     if isinstance(data, LintResult):
         return data
-    return lint_data(data, display or path, rules, budget=budget)
+    return lint_data(data, display or path, rules, budget=budget, project=project)

@@ -42,6 +42,7 @@ from .registry import Rule, get_rule
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import Cache, EntryKey
+    from .project_index import ProjectIndex
 
 # Below this many files one worker does the work: more cost more than they save.
 POOL_THRESHOLD = 16
@@ -89,20 +90,34 @@ Outcome = tuple  # (diagnostics, parsed, internal error or None): one file's res
 
 
 def _lint_one(args: tuple) -> Outcome:
-    """Worker: ``(path, codes, data or None, budget)`` -> ``(diagnostics, parsed, internal error)``."""
+    """Worker: ``(path, codes, data or None, budget[, project])`` ->
+    ``(diagnostics, parsed, internal error[, (deps, summaries)])``.
+
+    ``project`` is ``(root, store or None)`` of the file's project index
+    (:func:`torchgradlint.project_index.open_index`, kept per process); the
+    outcome then carries the project files the result rests on and the
+    summaries this worker made since its last file, for the parent to save.
+    """
     from .engine import lint_data, lint_file
 
-    path, codes, data, budget = args
+    path, codes, data, budget = args[:4]
+    index = None
+    if len(args) > 4 and args[4] is not None:
+        from .project_index import open_index
+
+        index = open_index(*args[4])
     rules = [get_rule(c) for c in codes]
     try:
         if data is None:
-            result = lint_file(path, rules, budget=budget)
+            result = lint_file(path, rules, budget=budget, project=index)
         else:
-            result = lint_data(data, path, rules, budget=budget)
+            result = lint_data(data, path, rules, budget=budget, project=index)
     except Exception as exc:  # a bug in a rule: report it for this file, keep going
         return ([internal_error(path, exc)], False,
                 f"{path}: internal error while linting (please report):\n{traceback.format_exc()}")
-    return result.diagnostics, result.parsed, None
+    if index is None:
+        return result.diagnostics, result.parsed, None
+    return result.diagnostics, result.parsed, None, (result.deps, index.drain())
 
 
 def internal_error(path: str, exc: BaseException) -> Diagnostic:
@@ -320,6 +335,7 @@ def lint_paths(
     before_linting: Optional[Callable[[], None]] = None,
     budget_for: Optional[Callable[[str], Budget]] = None,
     data: Optional[bytes] = None,
+    project_for: "Optional[Callable[[str], Optional[ProjectIndex]]]" = None,
 ) -> RunResult:
     """Lint ``files`` in supervised workers (see :func:`supervised`).
 
@@ -343,12 +359,19 @@ def lint_paths(
             :data:`~torchgradlint.limits.DEFAULT_BUDGET`).
         data: the bytes of the single file in ``files`` (standard input),
             instead of reading it.
+        project_for: the project index of a file
+            (:mod:`torchgradlint.project_index`), or ``None`` for a file
+            linted alone. A cached result that rests on other project files
+            hits only while they are unchanged; summaries the workers make
+            are saved with the cache.
     """
     codes = tuple(r.code for r in rules)
     out = RunResult(files=len(files))
     pending: "list[tuple[str, Optional[bytes], Optional[EntryKey]]]" = []
     hits = 0
+    indexes: "dict[str, Optional[ProjectIndex]]" = {f: project_for(f) for f in files} if project_for else {}
     for f in files:
+        index = indexes.get(f)
         if cache is None:
             pending.append((f, data, None))
             continue
@@ -360,8 +383,10 @@ def lint_paths(
         selection = selection_for(f) if selection_for is not None else ",".join(codes)
         if budget_for is not None:  # a size-budget outcome depends on the budget
             selection += repr(budget_for(f).max_file_size)
+        if index is not None:
+            selection += "+project"
         key = cache.key(raw, f, selection)
-        hit = cache.get(key, f)
+        hit = cache.get(key, f, index.still_valid if index is not None else None)
         if hit is not None:
             out.add(hit[0], hit[1])
             hits += 1
@@ -372,24 +397,39 @@ def lint_paths(
         before_linting()
     by_size = sorted(pending, key=lambda p: -_size(p[0], p[1]))
     work = [(f, tuple(codes_for(f)) if codes_for is not None else codes, raw,
-             budget_for(f) if budget_for is not None else DEFAULT_BUDGET)
+             budget_for(f) if budget_for is not None else DEFAULT_BUDGET, _project_key(indexes.get(f)))
             for f, raw, _ in by_size]
     jobs = jobs or default_jobs()
     results = supervised(work, jobs if len(work) >= POOL_THRESHOLD else 1) if work else iter(())
     try:
-        for i, (diags, parsed, err), from_worker in results:
+        for i, outcome, from_worker in results:
+            diags, parsed, err = outcome[:3]
+            deps: list = []
+            index = indexes.get(by_size[i][0])
+            if len(outcome) > 3 and index is not None:
+                deps, made = outcome[3]
+                index.merge(made)
             out.add(diags, parsed, err)
             key = by_size[i][2]
             if from_worker and not err and cache is not None and key is not None:
-                cache.put(key, diags, parsed)
+                cache.put(key, diags, parsed, deps)
             _tick(progress)
     finally:
         if hasattr(results, "close"):
             results.close()
         if cache is not None:
             cache.save()
+            for index in {id(x): x for x in indexes.values() if x is not None}.values():
+                index.save(cache)
     out.diagnostics.sort(key=order_key)
     return out
+
+
+def _project_key(index: "Optional[ProjectIndex]") -> Optional[tuple[str, Optional[str]]]:
+    """What a worker needs to open the same index: ``(root, store)``."""
+    if index is None:
+        return None
+    return str(index.root), None if index.store is None else str(index.store)
 
 
 def _tick(progress: Optional[Callable[[], None]]) -> None:

@@ -77,12 +77,18 @@ class TorchGradLintServer(LanguageServer):
         self.results: dict[str, list[Diagnostic]] = {}
         self._running: dict[str, asyncio.Task] = {}
         self._dirty: set[str] = set()
+        # uri -> (text, codes, budget, diagnostics) of its last lint
+        self._linted: dict[str, tuple[str, tuple[str, ...], Any, list[Diagnostic]]] = {}
         self.worker = ResidentWorker()  # the lint runs there: a hang or crash costs one TGL000
 
     # -- linting ---------------------------------------------------------------
     def lint_text(self, uri: str, source: str) -> list[Diagnostic]:
         """The diagnostics of ``check`` for one document's text (runs in a
-        worker thread). A malformed ``pyproject.toml`` is one ``TGL000`` on line 1."""
+        worker thread). A malformed ``pyproject.toml`` is one ``TGL000`` on line 1.
+
+        Text linted before under the same rules and budget (a save after
+        the change that produced it, a re-open) gets the same diagnostics
+        again without a lint; a time-out or crash (``TGL000``) is never reused."""
         from .config import ConfigError, Settings
         from .registry import SelectionError
 
@@ -96,9 +102,16 @@ class TorchGradLintServer(LanguageServer):
             budget = settings.budget_for(path)
         except (ConfigError, SelectionError) as exc:
             return [Diagnostic(PARSE_ERROR_CODE, str(exc), path, 1, 1, 1, 1)]
+        last = self._linted.get(uri)
+        if last is not None and last[0] == source and last[1] == tuple(codes) and last[2] == budget:
+            return last[3]
         diagnostics, _, error = self.worker.lint(path, codes, source.encode("utf-8", "surrogatepass"), budget)
         if error:
             self.window_log_message(types.LogMessageParams(type=types.MessageType.Error, message=error))
+        if error or any(d.code == PARSE_ERROR_CODE for d in diagnostics):
+            self._linted.pop(uri, None)
+        else:
+            self._linted[uri] = (source, tuple(codes), budget, diagnostics)
         return diagnostics
 
     def schedule(self, uri: str) -> None:
@@ -245,6 +258,7 @@ def build_server() -> TorchGradLintServer:
     def did_close(ls: TorchGradLintServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         ls.results.pop(uri, None)
+        ls._linted.pop(uri, None)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,

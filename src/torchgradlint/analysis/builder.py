@@ -228,7 +228,7 @@ class _Builder:
             mode = grad_mode.classify(qn, call)
             if mode is None:
                 mode = grad_mode.other_decorator(qn or dotted_name(call.func if call else expr) or "",
-                                                 bool(self.m.functions.get(qn or "")))
+                                                 bool(self.m.functions.get(qn or "")), self.m.project)
             if mode is not None:
                 scope.decorator_region = Region(node, mode, "decorator", qn or "", self.n)
         if cls is not None:
@@ -370,15 +370,18 @@ _VISIT = {
 }
 
 
-def build_model(module: cst.Module, source: str, path: str) -> FileModel:
+def build_model(module: cst.Module, source: str, path: str, project: Optional[object] = None) -> FileModel:
     """Run the one traversal over ``module`` and return its facts.
 
     Args:
         module: the parsed file (``libcst.parse_module``).
         source: the file's text, for rules that need raw text.
         path: the path shown in diagnostics.
+        project: the file's view of its project index
+            (:class:`torchgradlint.project_index.ProjectView`), or ``None``.
     """
     model = FileModel(module, source, path)
+    model.project = project
     _Builder(model).walk(module)
     _assume_conventional_names(model)
     return model

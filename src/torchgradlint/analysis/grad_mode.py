@@ -8,7 +8,7 @@ PyTorch docs: "Locally disabling gradient computation"
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import libcst as cst
 
@@ -74,7 +74,7 @@ _TRANSPARENT_DECORATORS = frozenset({
 })
 
 
-def other_decorator(name: str, same_file: bool) -> Optional[GradMode]:
+def other_decorator(name: str, same_file: bool, project: Optional[Any] = None) -> Optional[GradMode]:
     """The grad mode a decorator that is not a grad-mode API may impose on the
     function it decorates.
 
@@ -86,7 +86,16 @@ def other_decorator(name: str, same_file: bool) -> Optional[GradMode]:
     change). Any other decorator from elsewhere may run the function under
     any grad mode: ``UNKNOWN``, so nothing inside is judged as certainly
     grad-enabled through its callers.
+
+    ``project``: the file's project index view; a decorator it resolves to a
+    definition of the project gets that definition's effect (one that wraps
+    ``torch.inference_mode``/``no_grad``: ``DISABLED``; one that just calls
+    the function: ``None``), whatever its name.
     """
+    if project is not None and name:
+        found = project.decorator(name)
+        if found is not None:
+            return found.mode
     last = name.rsplit(".", 1)[-1].lower()
     if "inference_mode" in last or "no_grad" in last:
         return GradMode.DISABLED

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import libcst as cst
 
@@ -235,6 +235,9 @@ class FileModel:
         self._bindings: Optional[dict[tuple[str, int], list[Assign]]] = None
         self._by_scope: dict[int, tuple[list[Call], list[Assign]]] = {}
         self.memo: dict[object, object] = {}  # per-file cache for analysis queries
+        # facts of the file's project (``torchgradlint.project_index.ProjectView``), ``None`` when the
+        # file is linted alone (standard input, the language server, flake8 outside a project)
+        self.project: Optional[Any] = None
 
     def cached(self, key: object, factory):
         """Per-file cache for analysis modules: ``factory()`` once per ``key``."""

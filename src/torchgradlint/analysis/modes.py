@@ -72,11 +72,13 @@ _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RRe
                           r"\.training\b|track_running_stats")
 # ``dropout=0`` / ``p=0.0`` keyword arguments: the layer never drops anything.
 _ZERO_DROPOUT = re.compile(r"\b(dropout|p|drop_rate|attn_drop|proj_drop|dropout_p)\s*=\s*0(\.0*)?\b")
-# Libraries of plain numerics and utilities: their names in a class body say
-# nothing about dropout or batch norm.
+# Libraries of plain numerics and utilities (and RL environments: spaces and
+# env types in annotations): their names in a class body say nothing about
+# dropout or batch norm.
 _NUMERIC_MODULES = frozenset({"numpy", "scipy", "einops", "random", "math", "os", "sys", "time", "logging",
                               "warnings", "copy", "re", "json", "pickle", "pathlib", "inspect", "string",
-                              "numbers", "contextlib", "weakref", "types", "enum", "abc", "typing_extensions"})
+                              "numbers", "contextlib", "weakref", "types", "enum", "abc", "typing_extensions",
+                              "gym", "gymnasium"})
 _STD_MODULES = frozenset({"math", "typing", "dataclasses", "collections", "functools", "itertools",
                           "__future__", "enum", "abc", "numbers", "operator"})
 
@@ -106,6 +108,7 @@ class _Cache:
     modes: dict = field(default_factory=dict)
     sensitive: dict = field(default_factory=dict)
     forwards: dict = field(default_factory=dict)
+    instances: dict = field(default_factory=dict)
 
 
 def _cache(model: FileModel) -> _Cache:
@@ -185,7 +188,14 @@ def module_names(model: FileModel) -> frozenset[str]:
 def instance_class(model: FileModel, text: str) -> Optional[str]:
     """The same-file module class that every constructor binding of the
     dotted name ``text`` instantiates (``self.head = Head(...)`` -> ``Head``),
-    or ``None``."""
+    or ``None``. Memoised per file (the provenance asks it for every module call)."""
+    memo = _cache(model).instances
+    if text not in memo:
+        memo[text] = _instance_class(model, text)
+    return memo[text]
+
+
+def _instance_class(model: FileModel, text: str) -> Optional[str]:
     found: set[str] = set()
     for a in model.assigns:
         if a.kind not in ("assign", "annassign") or a.unpacked or not a.binds(text):
@@ -217,19 +227,50 @@ def _class_sensitive(model: FileModel, name: str, seen: set[str]) -> bool:
         if b.startswith("torch.nn.") and last[:1].isupper() and not MODE_LAYER.search(last) \
                 and last not in _CONTAINERS:
             continue  # ``class LinearSub(torch.nn.Linear)``: a mode-free torch layer
-        if b not in _MODULE_BASES and last not in module_classes(model):
+        if b not in _MODULE_BASES and last not in module_classes(model) and _outside(model, b) is not False:
             return True  # a base we cannot see may use dropout or batch norm
-    code = model.module.code_for_node(info.node)
+    return code_sensitive(model, model.module.code_for_node(info.node), name, seen)
+
+
+def class_sensitive(model: FileModel, name: str) -> bool:
+    """Whether the same-file class ``name`` may have a forward that depends
+    on training mode: dropout or batch norm in its body or in a same-file
+    module class it uses, a base or an imported layer that cannot be shown
+    mode-free (see :func:`code_sensitive`)."""
+    return _class_sensitive(model, name, set())
+
+
+def code_sensitive(model: FileModel, code: str, name: str, seen: set[str]) -> bool:
+    """Whether the source ``code`` of the definition ``name`` (a class body,
+    or a function of the project that builds layers) may make a forward
+    depend on training mode: a dropout/batch-norm/``.training`` token, a
+    same-file module class that may, or a name imported from outside torch
+    and the standard/numeric libraries that the project index (when the
+    file has one) cannot show to be mode-free (a torchvision/timm backbone).
+    ``seen``: classes already visited (cycles count as mode-free)."""
     if _MODE_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
         return True
+    project = model.project
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word != name and word in module_classes(model):
             if _class_sensitive(model, word, seen):
                 return True
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
-            return True  # e.g. a torchvision/timm backbone
+            if _outside(model, target) is not False:
+                return True  # e.g. a torchvision/timm backbone
+        elif target is None and project is not None and project.imports_relatively(word) \
+                and _outside(model, word) is not False:
+            return True  # ``from .layers import Block``: a project definition that may
     return False
+
+
+def _outside(model: FileModel, text: str) -> Optional[bool]:
+    """Whether a name the file takes from elsewhere (``text``: qualified, or
+    bound by a relative import) may depend on training mode, as the project
+    index tells (:mod:`torchgradlint.project_index`); ``None`` when the
+    file has no index or the index cannot resolve the name."""
+    return model.project.sensitive(text) if model.project is not None else None
 
 
 def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
@@ -263,7 +304,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
     if cls in MODE_FREE_LIBRARY_CLASSES:
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                    for a in node.args)
-    return True
+    return _outside(model, qn) is not False  # a class of the project: the index may know it
 
 
 def _code(node: cst.CSTNode) -> str:

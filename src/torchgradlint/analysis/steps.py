@@ -386,7 +386,7 @@ def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: "Loop | Scope
             return False
         wrapped = [n for a in binding.value.args if (n := dotted_name(a.value)) and model.bindings_of(n, at.scope)]
         return bool(wrapped) and all(fresh_in_loop(model, n, binding, loop, depth + 1) for n in wrapped)
-    return _fresh_value(model, text, binding.value, at, loop, depth)
+    return _fresh_value(model, text, binding.value, binding, loop, depth)
 
 
 def _fresh_value(model: FileModel, text: str, value: Optional[cst.BaseExpression], at: Call, loop: "Loop | Scope",
@@ -405,8 +405,10 @@ def _fresh_value(model: FileModel, text: str, value: Optional[cst.BaseExpression
         params = value.args[0].value if value.args else None
         if params is None:
             return False
-        roots = {n.split(".", 1)[0] for n in names_in(params)}
-        bound = [r for r in roots if model.bindings_of(r, at.scope)]
+        # The longest names the scope binds (``self.gsm`` in ``self.gsm.parameters()``, not ``self``).
+        bound = {n for n in names_in(params)
+                 if any(b.kind != "param" for b in model.bindings_of(n, at.scope))}
+        bound = [n for n in bound if not any(o != n and o.startswith(n + ".") for o in bound)]
         return bool(bound) and all(fresh_in_loop(model, r, at, loop, depth + 1) for r in bound)
     return True
 

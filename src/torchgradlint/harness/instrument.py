@@ -8,6 +8,11 @@
   the module attribute, so they are covered too. Install before user code runs so
   that ``from torch.autograd import grad`` binds the wrapper. The wrappers only
   forward to the original and notify listeners: results are unchanged.
+* :func:`install` also notes every ``torch.no_grad()`` / ``torch.inference_mode()`` the
+  user's code builds, and whether it was entered (``with``) or used as a decorator:
+  :func:`discarded_grad_mode_sites` names those built and never used (a bare
+  ``torch.no_grad()`` statement switches nothing off). Installed before the program
+  runs, so module-level statements are seen too.
 * :func:`user_stack` names the user's frames (not torch, not torchgradlint, not the
   standard library) of the current call, innermost first: where a probe attributes
   a measured defect.
@@ -22,6 +27,10 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
+
+#: ``(path, line) -> [built, used]``: grad-mode context managers the user's code built, and how many of
+#: them were entered or used as decorators
+GRAD_MODE_SITES: dict[tuple[str, int], list[int]] = {}
 
 #: listeners: objects with any of ``on_backward_begin(kind, roots, retain, create_graph)``,
 #: ``on_backward_end(kind, result, create_graph)``, ``on_backward_error(kind, exc)``,
@@ -164,7 +173,7 @@ _DROPOUTS = ("dropout", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "
 
 
 def install() -> None:
-    """Install the autograd and functional wrappers once per process (idempotent)."""
+    """Install the autograd, functional and grad-mode manager wrappers once per process (idempotent)."""
     global _installed
     if _installed:
         return
@@ -177,6 +186,46 @@ def install() -> None:
         setattr(F, name, _wrap_mode_op("dropout", getattr(F, name), _dropout_args))
     F.batch_norm = _wrap_mode_op("batch_norm", F.batch_norm, _batch_norm_args)
     F.scaled_dot_product_attention = _wrap_mode_op("sdpa", F.scaled_dot_product_attention, _sdpa_args)
+    _track_grad_mode_managers()
+
+
+def _track_grad_mode_managers() -> None:
+    """Wrap ``__init__``, ``__enter__`` and ``__call__`` of ``no_grad`` and ``inference_mode`` (results unchanged)."""
+    from torch.autograd import grad_mode
+
+    def built(init: Callable) -> Callable:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+            init(self, *args, **kwargs)
+            caller = sys._getframe(1)
+            path = caller.f_code.co_filename
+            if is_user_file(path):
+                key = (os.path.abspath(path) if not path.startswith("<") else path, caller.f_lineno)
+                GRAD_MODE_SITES.setdefault(key, [0, 0])[0] += 1
+                self.__dict__["_tgl_site"] = key
+
+        return __init__
+
+    def used(method: Callable) -> Callable:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            key = self.__dict__.pop("_tgl_site", None) if hasattr(self, "__dict__") else None
+            if key is not None:
+                GRAD_MODE_SITES[key][1] += 1
+            return method(self, *args, **kwargs)
+
+        wrapper.__name__ = method.__name__
+        wrapper.__doc__ = method.__doc__
+        return wrapper
+
+    for cls in (grad_mode.no_grad, grad_mode.inference_mode):
+        cls.__init__ = built(cls.__init__)  # type: ignore[method-assign]
+        cls.__enter__ = used(cls.__enter__)  # type: ignore[method-assign]
+        cls.__call__ = used(cls.__call__)  # type: ignore[method-assign]
+
+
+def discarded_grad_mode_sites() -> list[tuple[str, int]]:
+    """``(path, line)`` of each ``no_grad()`` / ``inference_mode()`` the user's code built and never entered
+    nor used as a decorator (since :func:`install`), sorted."""
+    return sorted(key for key, (n_built, n_used) in GRAD_MODE_SITES.items() if n_built > n_used)
 
 
 def outermost_module_call(frame: Any = None) -> Optional[tuple[Any, Any]]:
@@ -194,6 +243,15 @@ def outermost_module_call(frame: Any = None) -> Optional[tuple[Any, Any]]:
                 found = (mod, f)
         f = f.f_back
     return found
+
+
+def called_from_library(frame: Any = None) -> bool:
+    """Whether the first frame outside torchgradlint (from ``frame``, default the caller's) is torch's own
+    code: an autograd call torch made (``gradcheck``'s ``autograd.grad``), not the user's."""
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_OWN_DIR):
+        f = f.f_back
+    return f is not None and os.path.abspath(f.f_code.co_filename).startswith(_TORCH_DIR)
 
 
 def code_on_stack(codes: "set[Any]", frame: Any = None) -> Optional[Any]:

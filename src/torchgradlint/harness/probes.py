@@ -45,135 +45,20 @@ import re
 import sys
 import time
 import weakref
-from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from . import instrument
 from .holders import graph_holders, holder_parts, keeping_lines, reachable_nodes, tensors_in
-from .probe_map import probe_rules
+from .probe_base import KIB, Measurement, Probe, finding, human_bytes, slope
 
-KIB = 1024.0
+__all__ = ["KIB", "Measurement", "Probe", "finding", "human_bytes", "slope", "PROBES", "StaleGradientProbe",
+           "GradModeProbe", "RetainedGraphProbe", "ModuleModeProbe"]
 
-
-@dataclass
-class Measurement:
-    """A probe's decision for one program on one device.
-
-    ``figure`` is the headline number in ``unit``; ``display`` the human form
-    ("+6.4 KiB/step", "stale-gradient steps: 7/8"); ``threshold`` states the rule
-    that separates defect from healthy; ``findings`` lists each measured defect as
-    ``{"code", "stack": [[path, line], ...] (innermost first, may be empty when the
-    probe cannot attribute a line), "figure", "unit", "display"}``; ``details`` holds
-    the other measured numbers (all JSON-able).
-    """
-
-    probe: str
-    figure: float
-    unit: str
-    display: str
-    threshold: str
-    defect: bool
-    details: dict = field(default_factory=dict)
-    findings: list = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        """This measurement as a JSON-able dict."""
-        return asdict(self)
-
-
-def human_bytes(n: float, signed: bool = False) -> str:
-    """``6553.6`` -> ``"6.4 KiB"`` (binary units); ``signed`` adds ``+`` to non-negative values."""
-    sign = "-" if n < 0 else ("+" if signed else "")
-    n = abs(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            text = f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-            return sign + text
-        n /= 1024
-    return sign + f"{n:.1f} GiB"  # pragma: no cover
-
-
-def slope(points: Sequence[tuple[float, float]]) -> Optional[float]:
-    """Least-squares slope of ``(x, y)`` points; ``None`` with fewer than two distinct x."""
-    pts = [(float(x), float(y)) for x, y in points if y is not None]
-    if len({x for x, _ in pts}) < 2:
-        return None
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    var = sum((x - mx) ** 2 for x, _ in pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / var
-
-
-def _finding(code: str, stack: Any, figure: float, unit: str, display: str) -> dict:
-    return {"code": code, "stack": [list(s) for s in (stack or [])], "figure": figure, "unit": unit,
-            "display": display}
-
-
-# --------------------------------------------------------------------------------------------------
-# Probe base
-# --------------------------------------------------------------------------------------------------
-
-
-class Probe:
-    """Base class. One instance observes one run.
-
-    Lifecycle: ``with probe.observe(device): <program>``; :meth:`on_main_return` at the end
-    of a fixture's ``main`` (its locals alive) when :attr:`needs_frame`; :meth:`on_exception`
-    when the program raised; :meth:`sample` after the run; :meth:`decide` over the samples
-    keyed by step count. Listener callbacks (see :mod:`.instrument`) are no-ops here.
-    """
-
-    name: ClassVar[str] = ""
-    unit: ClassVar[str] = ""
-    threshold: ClassVar[str] = ""
-    needs_frame: ClassVar[bool] = False
-    #: multiples of N the harness runs a fixture at
-    schedule: ClassVar[tuple[int, ...]] = (1, 2)
-
-    def __init__(self) -> None:
-        self.device = "cpu"
-        self.steps: Optional[int] = None
-
-    @classmethod
-    def rules(cls) -> list[str]:
-        """Rule codes this probe measures (from :mod:`.probe_map`)."""
-        return probe_rules(cls.name)
-
-    @contextmanager
-    def observe(self, device: str = "cpu", steps: Optional[int] = None) -> Iterator["Probe"]:
-        """Install the probe's hooks for one run, remove them afterwards (``steps``: the run's step count,
-        when known; ``run`` does not know it)."""
-        self.device, self.steps = device, steps
-        instrument.install()
-        instrument.LISTENERS.append(self)
-        try:
-            with ExitStack() as stack:
-                self._install(stack)
-                yield self
-        finally:
-            instrument.LISTENERS.remove(self)
-
-    def _install(self, stack: ExitStack) -> None:
-        """Register hooks; push their removal onto ``stack``."""
-
-    def on_main_return(self, frame: Any) -> None:
-        """Called at the return of a fixture's ``main`` while its locals are alive."""
-
-    def on_exception(self, exc: BaseException) -> bool:
-        """The program raised ``exc``; ``True`` if it is this probe's measured defect."""
-        return False
-
-    def sample(self) -> dict:
-        """The JSON-able figures of this run."""
-        raise NotImplementedError
-
-    @classmethod
-    def decide(cls, samples: dict[int, dict]) -> Measurement:
-        """Measurement from the samples keyed by step count."""
-        raise NotImplementedError
+_finding = finding
 
 
 # --------------------------------------------------------------------------------------------------
@@ -417,7 +302,7 @@ class GradModeProbe(Probe):
     def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
         self._nograd_forward = None
         self._roots = ()
-        if kind == "grad" and create_graph and result is not None:
+        if kind == "grad" and create_graph and result is not None and not instrument.called_from_library():
             for t in result:
                 if not isinstance(t, torch.Tensor):
                     continue
@@ -551,12 +436,23 @@ def view_span(t: torch.Tensor) -> int:
 
 
 class _Packed:
-    __slots__ = ("t", "span", "last_call", "__weakref__")
+    """A saved tensor as autograd holds it while the probe watches; tells the probe when autograd lets it go
+    (``__del__``: a third of the cost of a :func:`weakref.finalize` per saved tensor)."""
 
-    def __init__(self, t: torch.Tensor, span: int) -> None:
+    __slots__ = ("t", "span", "last_call", "release", "skey", "vkey", "__weakref__")
+
+    def __init__(self, t: torch.Tensor, span: int, release: Callable[[tuple, tuple], None], skey: tuple,
+                 vkey: tuple) -> None:
         self.t = t
         self.span = span
         self.last_call: Optional[int] = None
+        self.release, self.skey, self.vkey = release, skey, vkey
+
+    def __del__(self) -> None:
+        try:
+            self.release(self.skey, self.vkey)
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
 
 
 @dataclass
@@ -584,7 +480,7 @@ class RetainedGraphProbe(Probe):
     Instrumentation (all from outside the program):
 
     * :class:`torch.autograd.graph.saved_tensors_hooks`: every tensor autograd saves
-      is wrapped; a :func:`weakref.finalize` accounts its release. Live *saved bytes*
+      is wrapped; the wrapper's ``__del__`` accounts its release. Live *saved bytes*
       count the bytes each saved view spans in its storage (:func:`view_span`); views of
       one storage count at most the storage's size; parameters are not counted.
     * per backward / ``autograd.grad`` call: the saved tensors it unpacked; for a call
@@ -667,17 +563,21 @@ class RetainedGraphProbe(Probe):
         if t.requires_grad and t.grad_fn is None:  # parameter or other leaf: alive anyway
             return t
         try:
-            storage = t.untyped_storage()
-            skey = (str(t.device), storage.data_ptr())
-            vkey = (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.element_size())
-            span = min(view_span(t), storage.nbytes())
-            self._capacity[skey] = storage.nbytes()
+            size = t.element_size()
+            offset = t.storage_offset()
+            # the storage's address from the tensor's own (no storage object unless the storage is new)
+            skey = (t.device, t.data_ptr() - offset * size)
+            capacity = self._capacity.get(skey)
+            if capacity is None:
+                capacity = self._capacity[skey] = t.untyped_storage().nbytes()
+            vkey = (offset, tuple(t.shape), tuple(t.stride()), size)
+            span = min(view_span(t), capacity)
         except Exception:  # sparse / meta / exotic tensors
             return t
         # detach: holding a saved *output* with its grad_fn would make a reference cycle
         # (node -> saved variable -> tensor -> node) that a retained graph never breaks;
         # autograd restores the autograd metadata of what unpack returns.
-        packed = _Packed(t.detach(), span)
+        packed = _Packed(t.detach(), span, self._release, skey, vkey)
         views = self._views.setdefault(skey, {})
         entry = views.get(vkey)
         if entry is None:
@@ -686,7 +586,6 @@ class RetainedGraphProbe(Probe):
         else:
             entry[0] += 1
         self.packed_total += 1
-        weakref.finalize(packed, self._release, skey, vkey)
         return packed
 
     def _unpack(self, packed: Any) -> Any:
@@ -983,6 +882,7 @@ class ModuleModeProbe(Probe):
                            findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 
 
+#: the core rules' probes (every probe: :func:`.probe_registry.all_probes`)
 PROBES: dict[str, type[Probe]] = {p.name: p for p in
                                   (StaleGradientProbe, GradModeProbe, RetainedGraphProbe, ModuleModeProbe)}
 
@@ -990,16 +890,3 @@ PROBES: dict[str, type[Probe]] = {p.name: p for p in
 def install_autograd_wrappers() -> None:
     """Install the process-wide wrappers (kept for callers of the earlier API; see :func:`.instrument.install`)."""
     instrument.install()
-
-from . import probes_numerics  # noqa: E402,F401 - registers its probes in PROBES
-
-
-def all_probes() -> dict[str, type[Probe]]:
-    """Every probe by name: :data:`PROBES` (with the numerics probes), the
-    structure, step-order and AMP probes (imported here, lazily: those
-    modules build on this one)."""
-    from .probes_amp import AMP_PROBES
-    from .probes_steps import STEP_PROBES
-    from .probes_structure import STRUCTURE_PROBES
-
-    return {**PROBES, **STRUCTURE_PROBES, **STEP_PROBES, **AMP_PROBES}

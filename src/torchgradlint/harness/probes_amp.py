@@ -32,7 +32,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import instrument
-from .probes import Measurement, Probe, _finding
+from .probe_base import Measurement, Probe
+from .probe_base import finding as _finding
 
 #: a clip's cap, in the units of the applied gradients, may differ from its threshold by less than this factor
 CAP_FACTOR = 2.0

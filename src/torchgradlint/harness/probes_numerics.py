@@ -14,7 +14,7 @@ ctx-tensors        TGL104       >= 1 custom-Function output still alive after ``
 nan-parameters     TGL305       >= 1 non-finite parameter element after an optimizer step
 probability-input  TGL303       >= 1 cross_entropy/nll_loss call whose input rows are
                                 probabilities, or binary_cross_entropy_with_logits call whose
-                                input lies in [0, 1]: the loss has a floor above 0
+                                input is a sigmoid output: the loss has a floor above 0
 =================  ===========  ==========================================================
 """
 
@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .probes import PROBES, Measurement, Probe, human_bytes
+from .probe_base import Measurement, Probe, human_bytes, merge_stacks
 
 # --------------------------------------------------------------------------------------------------
 # TGL304: gradcheck resolving power
@@ -80,7 +80,7 @@ class GradcheckPowerProbe(Probe):
     fails (2); in float64 with default tolerances it does.
 
     Figure: unreliable checks (count) in the run at N: (1) failed or (2) passed.
-    Threshold: defect when >= 1 unreliable check.
+    Threshold: defect when >= 1 unreliable check. Attribution: the ``gradcheck``/``gradgradcheck`` call.
     """
 
     name = "gradcheck-power"
@@ -126,6 +126,11 @@ class GradcheckPowerProbe(Probe):
         self.correct_failed += not correct
         self.skewed_passed += skewed
         self.unreliable += (not correct) or skewed
+        if not correct or skewed:
+            what = "gradcheck fails the correct backward" if not correct else \
+                "gradcheck passes a backward 1 % too large"
+            self.attribute("TGL304", f"{what} (eps {args.get('eps')}, atol {args.get('atol')}, "
+                                     f"rtol {args.get('rtol')}; inputs {', '.join(sorted(self.dtypes)) or '-'})")
 
     def on_exception(self, exc: BaseException) -> bool:
         from torch.autograd.gradcheck import GradcheckError
@@ -175,10 +180,13 @@ class CtxTensorProbe(Probe):
     (``Tensor._version``). Before each backward it compares the versions: a stored tensor modified in
     place since forward means backward computes with changed values, silently (``save_for_backward``
     checks the version and raises). Garbage collection is disabled during the run; when ``main`` has
-    returned, the outputs still alive (other than those ``main``'s locals held at its return) that
-    ``gc.collect()`` then frees were held only by a reference cycle (output -> ``grad_fn`` = ctx ->
-    output): the dead outputs that wait for the cyclic collector.
+    returned, the outputs stored on their own ctx and still alive (other than those ``main``'s locals
+    held at its return) that ``gc.collect()`` then frees were held only by the reference cycle
+    output -> ``grad_fn`` = ctx -> output: the dead outputs that wait for the cyclic collector.
 
+    Attribution: the line that stored the tensor on ``ctx`` (``ctx.out = out``), seen by a
+    ``__setattr__`` on ``BackwardCFunction`` (the class of every custom Function's ctx) while a
+    forward or ``setup_context`` runs; else the ``.apply`` call.
     Figure: dead outputs kept alive plus stale ctx tensors read by backward (count) in the run at N.
     Threshold: defect when >= 1.
     """
@@ -186,9 +194,9 @@ class CtxTensorProbe(Probe):
     name = "ctx-tensors"
     unit = "tensors"
     needs_frame = True
-    threshold = (">= 1 custom-Function output alive after main returned with gc disabled and freed only by "
-                 "gc.collect() (a ctx reference cycle), or >= 1 ctx-attribute tensor modified in place before "
-                 "backward read it")
+    threshold = (">= 1 custom-Function output stored on its ctx, alive after main returned with gc disabled and "
+                 "freed only by gc.collect() (the ctx reference cycle), or >= 1 ctx-attribute tensor modified in place "
+                 "before backward read it")
 
     def __init__(self) -> None:
         super().__init__()
@@ -198,9 +206,12 @@ class CtxTensorProbe(Probe):
         self.stale_reads = 0
         self.dead_outputs = 0
         self.dead_bytes = 0
-        self._outputs: list[weakref.ref] = []
+        self._outputs: list[tuple[weakref.ref, Optional[tuple[str, list]]]] = []  # output, (ctx attribute, stack)
+        self._prune_at = 1024
         self._main_locals: set[int] = set()
-        self._versions: dict[int, list[tuple[weakref.ref, int]]] = {}
+        self._versions: dict[int, list[tuple[weakref.ref, int, str, list]]] = {}
+        self._forward_depth = 0
+        self._stores: dict[int, dict[str, list]] = {}  # id(ctx) -> attribute -> stack of the store
 
     def _install(self, stack: ExitStack) -> None:
         from torch.autograd.function import BackwardCFunction, _SingleLevelFunction
@@ -211,9 +222,21 @@ class CtxTensorProbe(Probe):
         stack.callback(lambda: gc.enable() if was_enabled else None)
 
         def forward_apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            result = super(_SingleLevelFunction, cls).apply(*args, **kwargs)
+            probe._forward_depth += 1
+            try:
+                result = super(_SingleLevelFunction, cls).apply(*args, **kwargs)
+            finally:
+                probe._forward_depth -= 1
             probe._after_forward(result)
             return result
+
+        had_setattr = "__setattr__" in vars(BackwardCFunction)
+        orig_setattr = BackwardCFunction.__setattr__
+
+        def ctx_setattr(ctx: Any, name: str, value: Any) -> None:
+            if probe._forward_depth and _tensors_in(value):
+                probe._stores.setdefault(id(ctx), {})[name] = probe.user_stack()
+            orig_setattr(ctx, name, value)
 
         orig_backward = BackwardCFunction.apply
 
@@ -223,27 +246,40 @@ class CtxTensorProbe(Probe):
 
         _SingleLevelFunction.apply = classmethod(forward_apply)  # type: ignore[method-assign]
         BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
+        BackwardCFunction.__setattr__ = ctx_setattr  # type: ignore[method-assign,assignment]
         stack.callback(delattr, _SingleLevelFunction, "apply")
         stack.callback(setattr, BackwardCFunction, "apply", orig_backward)
+        if had_setattr:  # pragma: no cover - torch defines none today
+            stack.callback(setattr, BackwardCFunction, "__setattr__", orig_setattr)
+        else:
+            stack.callback(delattr, BackwardCFunction, "__setattr__")
         stack.callback(self._count_dead_outputs)  # runs first: main has returned, gc still off
 
     def _after_forward(self, result: Any) -> None:
         self.forwards += 1
         outputs = _tensors_in(result)
         ctx = next((t.grad_fn for t in outputs if t.grad_fn is not None), None)
-        self._outputs.extend(weakref.ref(t) for t in outputs)
+        stores = self._stores.pop(id(ctx), {}) if ctx is not None else {}
+        stored = [(name, t) for name, v in (vars(ctx).items() if ctx is not None else ()) for t in _tensors_in(v)]
+        apply_stack = self.user_stack() if stored else []
+        where = {id(t): (name, stores.get(name) or apply_stack) for name, t in stored}
+        self._outputs.extend((weakref.ref(t), where.get(id(t))) for t in outputs)
+        if len(self._outputs) >= self._prune_at:  # a long run: forget the outputs already freed
+            self._outputs = [(r, w) for r, w in self._outputs if r() is not None]
+            self._prune_at = max(1024, 2 * len(self._outputs))
         if ctx is None:
             return
-        stored = [t for v in vars(ctx).values() for t in _tensors_in(v)]
         self.ctx_tensors += len(stored)
-        self._versions[id(ctx)] = [(weakref.ref(t), t._version) for t in stored]
+        self._versions[id(ctx)] = [(weakref.ref(t), t._version, name, stores.get(name) or apply_stack)
+                                   for name, t in stored]
 
     def _before_backward(self, ctx: Any) -> None:
         self.backwards += 1
-        for ref, version in self._versions.pop(id(ctx), ()):
+        for ref, version, name, stack in self._versions.pop(id(ctx), ()):
             t = ref()
             if t is not None and t._version != version:
                 self.stale_reads += 1
+                self.attribute("TGL104", f"backward read ctx.{name} after it was modified in place", stack=stack)
 
     def on_main_return(self, frame: Any) -> None:
         """Remember the tensors ``main``'s locals hold at its return: they were alive legitimately, and a
@@ -252,13 +288,19 @@ class CtxTensorProbe(Probe):
 
     def _count_dead_outputs(self) -> None:
         """Outputs alive now (``main`` returned, gc off) that ``gc.collect()`` frees: held only by a cycle."""
-        before = {id(r): r for r in self._outputs if r() is not None and id(r()) not in self._main_locals}
-        sizes = {k: r().numel() * r().element_size() for k, r in before.items()}
+        before = {id(r): (r, w) for r, w in self._outputs if r() is not None and id(r()) not in self._main_locals}
+        sizes = {k: r().numel() * r().element_size() for k, (r, _) in before.items()}
         self._outputs.clear()
         gc.collect()
-        freed = [k for k, r in before.items() if r() is None]
+        # only outputs their own ctx holds: another cycle (a frame kept by a traceback, a lazy import)
+        # that frees an output is not this defect
+        freed = [k for k, (r, w) in before.items() if r() is None and w is not None]
         self.dead_outputs = len(freed)
         self.dead_bytes = sum(sizes[k] for k in freed)
+        for k in freed:
+            name, stack = before[k][1]
+            self.attribute("TGL104", f"output stored as ctx.{name} kept alive by a reference cycle until "
+                                     f"gc.collect()", stack=stack)
 
     def sample(self) -> dict:
         """Counts: ``forwards``/``backwards`` of custom Functions, ``ctx_tensors`` stored as attributes,
@@ -284,6 +326,19 @@ class CtxTensorProbe(Probe):
 # --------------------------------------------------------------------------------------------------
 
 
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element of every tensor is finite: one max-abs per tensor (``torch._foreach_norm`` with
+    ``ord=inf``, NaN and inf propagate) and one host sync per dtype, instead of a count per tensor."""
+    try:
+        norms = torch._foreach_norm(tensors, float("inf"))
+    except (RuntimeError, TypeError):  # sparse or exotic tensors
+        return all(bool(torch.isfinite(t).all()) for t in tensors)
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for n in norms:
+        by_dtype.setdefault(n.dtype, []).append(n)
+    return all(bool(torch.isfinite(torch.stack(ns)).all()) for ns in by_dtype.values())
+
+
 class NanParameterProbe(Probe):
     """Counts parameter elements an optimizer step turned into NaN or infinity.
 
@@ -292,6 +347,9 @@ class NanParameterProbe(Probe):
     and the parameters' dtypes. Parameters are initialised finite by every fixture, so a non-finite
     element is the step's doing (Adam's ``0 / (0 + eps)`` with eps rounded to 0 in float16).
 
+    Attribution: where the optimizer was built (a wrapper around ``torch.optim.Optimizer.__init__``,
+    which every optimizer calls; its settings and the parameters' dtype are the defect), then the
+    ``step()`` after which an element first turned non-finite.
     Figure: non-finite parameter elements after the last step of the run at N, out of all elements.
     Threshold: defect when >= 1.
     """
@@ -307,26 +365,51 @@ class NanParameterProbe(Probe):
         self.elements = 0
         self.first_bad_step: Optional[int] = None
         self.dtypes: set[str] = set()
+        self._dtypes: set[torch.dtype] = set()
+        self._built: "weakref.WeakKeyDictionary[Any, list]" = weakref.WeakKeyDictionary()
+        self._bad: dict[int, dict] = {}  # id(optimizer) -> its attributed site
 
     def _install(self, stack: ExitStack) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        probe = self
+        orig_init = torch.optim.Optimizer.__init__
+
+        def init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(optimizer, *args, **kwargs)
+            try:
+                probe._built[optimizer] = probe.user_stack()
+            except TypeError:  # pragma: no cover - an optimizer class that forbids weak references
+                pass
+
+        torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
+        stack.callback(setattr, torch.optim.Optimizer, "__init__", orig_init)
         stack.callback(register_optimizer_step_post_hook(self._post_step).remove)
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps_total += 1
-        bad = total = 0
+        params = [p for group in optimizer.param_groups for p in group["params"]
+                  if isinstance(p, torch.Tensor) and p.is_floating_point()]
+        for p in params:
+            if p.dtype not in self._dtypes:
+                self._dtypes.add(p.dtype)
+                self.dtypes.add(str(p.dtype).replace("torch.", ""))
+        total = sum(p.numel() for p in params)
+        bad = 0
         with torch.no_grad():
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    if not isinstance(p, torch.Tensor) or not p.is_floating_point():
-                        continue
-                    self.dtypes.add(str(p.dtype).replace("torch.", ""))
-                    total += p.numel()
-                    bad += int((~torch.isfinite(p)).sum())
+            if params and not all_finite(params):  # the exact count only when something is not finite
+                bad = sum(int((~torch.isfinite(p)).sum()) for p in params)
         self.nonfinite, self.elements = bad, total
         if bad and self.first_bad_step is None:
             self.first_bad_step = self.steps_total
+        if bad:
+            site = self._bad.get(id(optimizer))
+            if site is None:
+                stack = merge_stacks((self._built.get(optimizer) or [])[:1], self.user_stack())
+                site = self._bad[id(optimizer)] = self.attribute(
+                    "TGL305", f"{type(optimizer).__name__} step turned parameters ({', '.join(sorted(self.dtypes))}) "
+                              f"non-finite from step {self.steps_total}", amount=0, stack=stack)
+            site["count"] = max(site["count"], bad)
 
     def sample(self) -> dict:
         """``steps_total``, ``nonfinite`` of ``elements`` after the last step, ``first_bad_step``, ``dtypes``."""
@@ -377,25 +460,53 @@ def logit_gradient_ratio(probs: torch.Tensor, target: torch.Tensor) -> torch.Ten
     return through.norm(dim=1) / (probs - onehot).norm(dim=1).clamp_min(1e-12)
 
 
+_SIGMOIDS = frozenset({"SigmoidBackward0"})
+#: autograd nodes that only move, view or cast values (followed back to the op that made them)
+_PASS_THROUGH = frozenset({"ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "UnsqueezeBackward0",
+                           "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "TBackward0",
+                           "PermuteBackward0", "TransposeBackward0", "ExpandBackward0", "SelectBackward0",
+                           "SliceBackward0", "CloneBackward0", "ToCopyBackward0", "IndexBackward0",
+                           "CatBackward0", "StackBackward0", "AliasBackward0"})
+
+
+def produced_by(grad_fn: Any, names: "frozenset[str]", depth: int = 8) -> bool:
+    """Whether the autograd node ``grad_fn`` is, or reaches through view/copy nodes only, a node named in ``names``."""
+    fn = grad_fn
+    for _ in range(depth):
+        if fn is None:
+            return False
+        kind = type(fn).__name__
+        if kind in names:
+            return True
+        if kind not in _PASS_THROUGH:
+            return False
+        fn = next((nxt for nxt, _ in fn.next_functions if nxt is not None), None)
+    return False
+
+
 class ProbabilityInputProbe(Probe):
     """Inspects the input of every ``cross_entropy`` / ``nll_loss`` / ``binary_cross_entropy_with_logits``
     call (the module losses call these too) for probabilities.
 
     A call counts when the input's class rows all lie on the probability simplex (values in [0, 1],
-    row sums 1 within 1e-3) for ``cross_entropy``/``nll_loss``, or all input values lie in [0, 1] for
-    ``binary_cross_entropy_with_logits``. Such a loss has a floor above 0: ``log(e + C - 1) - 1`` nats
+    row sums 1 within 1e-3) for ``cross_entropy``/``nll_loss``, or, for
+    ``binary_cross_entropy_with_logits``, all input values lie in [0, 1] and, when autograd recorded
+    how the input was made, it was made by ``sigmoid`` (its ``grad_fn``, through view and copy nodes:
+    :func:`produced_by`; the logits of a fresh discriminator often lie in [0, 1] too).
+    Such a loss has a floor above 0: ``log(e + C - 1) - 1`` nats
     for cross-entropy with C classes, ``log(1 + e**-1) = 0.313`` (target 1) to 0.693 (target 0) for
     BCE-with-logits. For cross-entropy with class-index targets the probe also measures how much of
     the gradient reaches the logits through the softmax, relative to cross-entropy on the logits
     (median over samples).
 
+    Attribution: the user's line that called the loss (``criterion(probs, y)``, ``F.nll_loss(...)``).
     Figure: loss calls with probability inputs (count) in the run at N. Threshold: defect when >= 1.
     """
 
     name = "probability-input"
     unit = "calls"
     threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities, or "
-                 "binary_cross_entropy_with_logits call whose input lies in [0, 1] (a loss floor above 0)")
+                 "binary_cross_entropy_with_logits call whose input is a sigmoid output (a loss floor above 0)")
 
     def __init__(self) -> None:
         super().__init__()
@@ -420,7 +531,7 @@ class ProbabilityInputProbe(Probe):
                 self._inside = True
                 try:
                     with torch.no_grad():
-                        self._inspect(name, input.detach().float(), target.detach())
+                        self._inspect(name, input.detach().float(), target.detach(), input.grad_fn)
                 finally:
                     self._inside = False
             return orig(input, target, *args, **kwargs)
@@ -428,20 +539,25 @@ class ProbabilityInputProbe(Probe):
         wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
         return wrapper
 
-    def _inspect(self, name: str, x: torch.Tensor, target: torch.Tensor) -> None:
+    def _inspect(self, name: str, x: torch.Tensor, target: torch.Tensor, grad_fn: Any = None) -> None:
         self.calls += 1
         if x.numel() == 0 or not bool(torch.isfinite(x).all()) or not (bool((x >= 0).all()) and bool((x <= 1).all())):
             return
         if name == "binary_cross_entropy_with_logits":
+            if grad_fn is not None and not produced_by(grad_fn, _SIGMOIDS):  # logits that lie in [0, 1]
+                return
             self.probability_calls += 1
             self.losses.add(name)
             self.floor = min(self.floor if self.floor is not None else 1.0, 0.3133)
+            self.attribute("TGL303", f"{name} fed values in [0, 1] (loss floor 0.313 nats)")
             return
         rows = _class_last(x)
         if rows.shape[1] < 2 or not bool(((rows.sum(1) - 1).abs() <= _SIMPLEX_TOL).all()):
             return
         self.probability_calls += 1
         self.losses.add(name)
+        self.attribute("TGL303", f"{name} fed probabilities" +
+                       (f" (loss floor {ce_floor(rows.shape[1]):.3f} nats)" if name == "cross_entropy" else ""))
         if name == "cross_entropy":
             self.floor = ce_floor(rows.shape[1])
             if target.dtype in (torch.int64, torch.int32) and target.numel() == rows.shape[0]:
@@ -473,4 +589,3 @@ class ProbabilityInputProbe(Probe):
 
 NUMERICS_PROBES: tuple[type[Probe], ...] = (GradcheckPowerProbe, CtxTensorProbe, NanParameterProbe,
                                             ProbabilityInputProbe)
-PROBES.update({p.name: p for p in NUMERICS_PROBES})

@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from . import instrument
-from .probes import Measurement, Probe, _finding
+from .probe_base import Measurement, Probe
+from .probe_base import finding as _finding
 
 #: relative slack over a clip's cap before a step counts as unclipped: ``clip_grad_norm_`` scales by
 #: ``max_norm / (total_norm + 1e-6)``, so a clipped gradient sits at or just below the cap
@@ -111,7 +112,8 @@ class DiscardedGradientProbe(Probe):
 
     def _hook(self, p: torch.Tensor) -> None:
         pid = id(p)
-        if pid in self._hooked or not p.requires_grad or not p.is_leaf:
+        if pid in self._hooked or not p.requires_grad or not p.is_leaf or \
+                isinstance(p, torch.nn.parameter.UninitializedParameter):  # a lazy module before its first forward
             return
         ref = weakref.ref(p)
 

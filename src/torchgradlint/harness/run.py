@@ -30,11 +30,12 @@ import torch
 from ..diagnostics import Diagnostic
 from . import instrument
 from .probe_map import probes_for, rule_probes
-from .probes import PROBES, Measurement, Probe, RetainedGraphProbe
+from .probe_registry import all_probes
+from .probes import Measurement, Probe, RetainedGraphProbe
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
-#: the rules ``run`` measures by default (the probes of the other rules report no source line yet)
+#: the five core rules (``--probes`` takes codes: ``--probes TGL001,TGL101``)
 CORE_RULES = ["TGL001", "TGL002", "TGL101", "TGL102", "TGL201"]
 
 #: backward calls at which ``run`` samples graphs (4, 8, 16, ...): a few samples per run
@@ -52,14 +53,15 @@ class Session:
     """
 
     def __init__(self, probes: Optional[Sequence[str]] = None) -> None:
-        names = list(probes) if probes else probes_for(CORE_RULES)
-        unknown = [n for n in names if n not in PROBES]
+        known = all_probes()
+        names = list(probes) if probes else probes_for()
+        unknown = [n for n in names if n not in known]
         if unknown:
-            raise KeyError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(sorted(PROBES))}")
+            raise KeyError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         self.probes: dict[str, Probe] = {}
         for name in names:
             self.probes[name] = RetainedGraphProbe(full_scan=False) if name == RetainedGraphProbe.name \
-                else PROBES[name]()
+                else known[name]()
         self.samples: dict[int, dict] = {}
         self.backward_calls = 0
         self.device = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
@@ -67,6 +69,8 @@ class Session:
         self._next = FIRST_CHECKPOINT
         self._stack: Optional[contextlib.ExitStack] = None
         self._t0 = 0.0
+        #: where a defect no probe could attribute to a line is reported (the script; default ``sys.argv[0]``)
+        self.program: Optional[str] = None
 
     # lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Session":
@@ -116,9 +120,9 @@ class Session:
             if isinstance(probe, RetainedGraphProbe):
                 if len(self.samples) < 3:
                     continue
-                out.append(probe.decide(self.samples))
+                out.append(probe.judge(self.samples))
             else:
-                out.append(type(probe).decide({1: probe.sample()}))
+                out.append(type(probe).judge({1: probe.collect()}))
         return out
 
     def notes(self) -> list[str]:
@@ -132,7 +136,7 @@ class Session:
         """One diagnostic per measured finding, at the user's line; ``confirm`` compares with ``check``."""
         findings = [f for m in self.measurements() for f in m.findings]
         static = _static_findings({p for f in findings for p, _ in f["stack"]}) if confirm else None
-        return sorted((to_diagnostic(f, static) for f in findings), key=lambda d: d.sort_key)
+        return sorted((to_diagnostic(f, static, self.program) for f in findings), key=lambda d: d.sort_key)
 
 
 def _static_findings(paths: set) -> dict[str, set]:
@@ -174,11 +178,13 @@ def _span(path: str, line: int) -> tuple[int, int]:
     return 1, 1
 
 
-def to_diagnostic(finding: dict, static: Optional[dict[str, set]]) -> Diagnostic:
+def to_diagnostic(finding: dict, static: Optional[dict[str, set]], program: Optional[str] = None) -> Diagnostic:
     """A measured finding as a diagnostic at the line that caused it.
 
-    The line is the innermost user frame of the finding's stack, or the frame the static
-    linter flags with the same code (then the message says the static finding was confirmed).
+    The line is the frame of the finding's stack that the static linter flags with the same
+    code (then the message says the static finding was confirmed), else the first frame
+    outside installed packages; a finding without a stack is reported at line 1 of
+    ``program`` (default ``sys.argv[0]``).
     """
     code = finding["code"]
     stack = [(p, int(line)) for p, line in finding["stack"]]
@@ -196,7 +202,7 @@ def to_diagnostic(finding: dict, static: Optional[dict[str, set]]) -> Diagnostic
         path, line = next(((p, ln) for p, ln in stack if not _installed(p)), stack[0])
         note = "not reported by `torchgradlint check`" if static is not None else ""
     else:
-        path, line = (sys.argv[0] if sys.argv and sys.argv[0] else "<run>"), 1
+        path, line = program or (sys.argv[0] if sys.argv and sys.argv[0] else "<run>"), 1
         note = "no line attributed"
     col, end_col = _span(path, line)
     message = f"{name}: measured at run time: {finding['display']}" + (f" ({note})" if note else "")
@@ -267,18 +273,19 @@ class watch(contextlib.ContextDecorator):  # noqa: N801 - used like a function: 
 
 
 def resolve_probes(selectors: Optional[Sequence[str]]) -> list[str]:
-    """Probe names from probe names or rule codes (``["TGL001", "module-mode"]``); default: the core rules' probes.
+    """Probe names from probe names or rule codes (``["TGL001", "module-mode"]``); default: every rule's probe.
 
     Raises:
         ValueError: an unknown name or code.
     """
     if not selectors:
-        return probes_for(CORE_RULES)
+        return probes_for()
+    known = all_probes()
     out: list[str] = []
     for sel in selectors:
         name = rule_probes().get(sel.upper(), sel)
-        if name not in PROBES:
-            raise ValueError(f"unknown probe or rule {sel!r}; probes: {', '.join(sorted(PROBES))}; "
+        if name not in known:
+            raise ValueError(f"unknown probe or rule {sel!r}; probes: {', '.join(sorted(known))}; "
                              f"rules: {', '.join(sorted(rule_probes()))}")
         if name not in out:
             out.append(name)
@@ -299,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a training script under the runtime probes and report measured autograd defects "
                     "with the codes and output formats of 'check'.")
     p.add_argument("--probes", metavar="LIST", default=None,
-                   help="comma-separated probes or rule codes (default: all): " + ", ".join(sorted(PROBES)))
+                   help="comma-separated probes or rule codes (default: all): " + ", ".join(sorted(all_probes())))
     p.add_argument("--output-format", choices=sorted(FORMAT_NAMES), default="concise")
     p.add_argument("--output", metavar="FILE", default=None, help="write the report here instead of stdout")
     p.add_argument("--no-confirm", action="store_true", help="do not run the static check on the reported files")
@@ -369,6 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     failed = False
     session = Session(names)
+    session.program = script if script is not None else module
     try:
         with session:
             _run_program(script, module, script_args)()

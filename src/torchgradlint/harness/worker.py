@@ -87,7 +87,7 @@ def measure(path: Path, probe_name: str, device: str, steps: int, seed: int = 0)
     import torch
 
     from .instrument import install
-    from .probes import all_probes
+    from .probe_registry import all_probes
 
     probe_cls = all_probes()[probe_name]
     start = time.perf_counter()
@@ -110,9 +110,9 @@ def measure(path: Path, probe_name: str, device: str, steps: int, seed: int = 0)
         if err is not None:
             out["error"] = f"main(device={device!r}, steps={n}) raised {err}"
             break
-        samples[n] = probe.sample()
+        samples[n] = probe.collect()
     if out["error"] is None:
-        out["measurement"] = probe_cls.decide(samples).to_json()
+        out["measurement"] = probe_cls.judge(samples).to_json()
     out["seconds"] = round(time.perf_counter() - start, 3)
     return out
 

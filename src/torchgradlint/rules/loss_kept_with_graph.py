@@ -165,9 +165,12 @@ step.
         """Whether the container outlives one iteration of the innermost loop."""
         if s.container.startswith("self."):
             loop = s.fact.loop
-            must = model.reaching_binding(s.container, s.fact) if loop is not None else None
-            if must is not None and loop.contains(must.order) and must is not s.fact:
-                return False  # ``self.loss = zeros(1)`` at the top of every iteration: reset before the store
+            must = model.reaching_binding(s.container, s.fact)
+            if must is not None and must is not s.fact and (
+                    loop.contains(must.order) if loop is not None else must.kind in ("assign", "annassign")):
+                # ``self.loss = zeros(1)`` at the top of every iteration (or of
+                # the step method): reset before the store
+                return False
             if s.kind == "accumulate":
                 return True
             return any(a.binds(s.container) and _is_container_value(model, a.value) for a in model.assigns)

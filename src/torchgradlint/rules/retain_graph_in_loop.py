@@ -274,8 +274,8 @@ def _reads_pre_loop_graph(model: FileModel, target, at: Call, loop: Loop, *, str
                     or (model.qualname(b.value.func) or "").startswith(_NO_GRAPH_OBJECTS):
                 continue
             p = provenance(model, b.value, b)
-            if p.weak or p.detached or _same_file_call(model, b.value):
-                continue
+            if p.weak or p.detached or (p.attached and _same_file_call(model, b.value)):
+                continue  # a same-file helper's attached result is only approximated (a module returning a leaf)
             if p.sources or (not strict and not p.attached):
                 return True  # a graph built before the loop (or, for an unknown target, maybe one)
     return False

@@ -1,0 +1,639 @@
+"""The project index: facts that live in another file of the same project.
+
+A training script builds ``Net`` from ``model.py``, decorates ``run()`` with
+``@smart_inference_mode()`` from ``utils/torch_utils.py``: linted alone, the
+script cannot tell whether ``Net`` has dropout or batch norm, nor what the
+decorator does to grad mode. The index answers both for names the file
+imports from its own project (``from .models import Net``, ``from model import
+Net``, ``from pkg.sub import Net``, ``import utils`` then ``utils.Net``):
+
+- a *project* is the nearest folder above the linted file that holds a
+  ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``, else the
+  common folder of the linted paths;
+- a name is resolved as Python would on ``sys.path``: a relative import from
+  the importing file's package, an absolute one from the importing file's
+  folder (a script's ``sys.path[0]``), from above its top package, from the
+  project root and from ``<root>/src``; re-exports (``from .model import
+  Net`` in a package's ``__init__.py``) are followed. A name that resolves to
+  nothing stays unknown, exactly as without the index;
+- each file reached is *summarised* once: for every module-level class and
+  function, whether its own source may make a forward depend on training
+  mode (:func:`torchgradlint.analysis.modes.code_sensitive`, the same test a
+  class of the linted file gets) and the names it takes from elsewhere that
+  decide it (its bases, imported layers), and its effect as a decorator
+  (``"disabled"`` when it wraps ``torch.inference_mode``/``torch.no_grad``,
+  ``"unknown"`` when it switches grad mode on a flag, else none: it just calls
+  the function). A verdict follows the names across files.
+
+Files are summarised lazily, only when a linted file asks about a name they
+define, so a run pays for the files its scripts import, not for the whole
+project. Summaries are kept on disk next to the content-hash cache
+(:mod:`torchgradlint.cache`: same folder, fingerprint and atomic write), keyed
+by the file's SHA-256; a file whose size and modification time are unchanged
+is not even re-read. A file over :data:`MAX_FILE_BYTES`, or past the
+:data:`MAX_FILES` summaries of one process, is not summarised: its names stay
+unknown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover - LibCST is imported only when a file is summarised or linted
+    import libcst as cst
+
+    from .analysis.model import GradMode
+
+MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+"""Files or folders whose presence makes a folder a project root."""
+
+MAX_FILES = 20000
+"""Summaries one process computes at most (no real repository in the
+measured corpora reaches it: transformers has 4,700 Python files)."""
+
+MAX_FILE_BYTES = 2 * 1024 * 1024
+"""A larger file is not summarised (the largest in the corpora is 1.0 MB)."""
+
+_FORMAT = 1
+# ``@name`` / ``@a.b(...)`` at the start of a line: a decorator, by text.
+_DECORATOR = re.compile(r"^[ \t]*@[ \t]*([A-Za-z_][\w.]*)", re.MULTILINE)
+# Decorators that cannot come from the project.
+_PLAIN_DECORATORS = frozenset({"torch", "staticmethod", "classmethod", "property", "functools", "abc",
+                               "dataclass", "dataclasses", "pytest", "typing", "overload", "override"})
+_MAX_HOPS = 6  # re-exports and base classes followed across files
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*")
+_DISABLING = frozenset({"torch.no_grad", "torch.inference_mode"})
+_SWITCHING = frozenset({"torch.enable_grad", "torch.set_grad_enabled"})
+
+
+def find_root(path: "str | os.PathLike[str]", fallback: Optional[Path] = None,
+              memo: Optional[dict[str, bool]] = None) -> Optional[Path]:
+    """The project root of the file ``path``: the nearest folder at or above
+    its folder with one of :data:`MARKERS`, else ``fallback`` when it is an
+    ancestor of the file, else ``None``. ``memo``: folder -> has a marker,
+    shared by the lookups of one run."""
+    memo = {} if memo is None else memo
+    start = Path(os.path.abspath(path)).parent
+    for d in (start, *start.parents):
+        key = str(d)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = any(os.path.exists(os.path.join(key, m)) for m in MARKERS)
+        if found:
+            return d
+    if fallback is not None and (fallback == start or fallback in start.parents):
+        return fallback
+    return None
+
+
+def common_folder(paths: Sequence[str]) -> Optional[Path]:
+    """The deepest folder holding every path of ``paths`` (files or folders)."""
+    if not paths:
+        return None
+    folders = [os.path.abspath(p) if os.path.isdir(p) else os.path.dirname(os.path.abspath(p)) for p in paths]
+    try:
+        return Path(os.path.commonpath(folders))
+    except ValueError:  # different drives
+        return None
+
+
+@dataclass(frozen=True)
+class Decorator:
+    """What a project definition does to grad mode when used as a decorator:
+    ``mode`` is ``GradMode.DISABLED``, ``GradMode.UNKNOWN`` or ``None`` (no change)."""
+
+    mode: Optional[GradMode]
+
+
+# -- summaries ------------------------------------------------------------------------
+def _top_level(body: Iterable[cst.CSTNode]) -> Iterable[cst.CSTNode]:
+    """Module-level statements, looking into ``if``/``try`` blocks
+    (``if TYPE_CHECKING:``, ``try: import x except ImportError:``)."""
+    import libcst as cst
+
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            yield from stmt.body
+        elif isinstance(stmt, (cst.If, cst.Try)):
+            yield stmt
+            blocks = [stmt.body]
+            if isinstance(stmt, cst.If) and stmt.orelse is not None:
+                blocks.append(stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else cst.IndentedBlock([stmt.orelse]))
+            if isinstance(stmt, cst.Try):
+                blocks += [h.body for h in stmt.handlers]
+            for block in blocks:
+                if isinstance(block, cst.IndentedBlock):
+                    yield from _top_level(block.body)
+        else:
+            yield stmt
+
+
+def relative_imports(module: cst.Module) -> dict[str, str]:
+    """Names a module binds by relative imports at module level, each with
+    its import spec: ``from ..models import Net as N`` -> ``{"N":
+    "..models.Net"}``, ``from . import utils`` -> ``{"utils": ".utils"}``."""
+    import libcst as cst
+
+    out: dict[str, str] = {}
+    for node in _top_level(module.body):
+        if not isinstance(node, cst.ImportFrom) or not node.relative or isinstance(node.names, cst.ImportStar):
+            continue
+        base = "." * len(node.relative) + (_dotted(node.module) or "" if node.module is not None else "")
+        for alias in node.names:
+            name = _dotted(alias.name)
+            if not name:
+                continue
+            local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) \
+                else name
+            out[local] = base + ("" if base.endswith(".") else ".") + name
+    return out
+
+
+def _dotted(node: Optional[cst.CSTNode]) -> Optional[str]:
+    from .analysis.names import dotted_name
+
+    return dotted_name(node)
+
+
+class _Recorder:
+    """The ``project`` of a file being summarised: records, as import specs,
+    the names its definitions take from elsewhere, and answers "mode-free"
+    for each so that the summary holds the definition's own verdict."""
+
+    def __init__(self, relative: dict[str, str]) -> None:
+        self.relative = relative
+        self.deps: set[str] = set()
+
+    def imports_relatively(self, name: str) -> bool:
+        return name in self.relative
+
+    def sensitive(self, text: str) -> Optional[bool]:
+        if text:
+            self.deps.add(_spec(text, self.relative))
+        return False
+
+    def decorator(self, text: str) -> None:
+        return None
+
+
+def _spec(text: str, relative: dict[str, str]) -> str:
+    """``text`` (a qualified name, or one bound by a relative import) as an import spec."""
+    head, sep, rest = text.partition(".")
+    if head in relative:
+        return relative[head] + (sep + rest if sep else "")
+    return text
+
+
+def _grad_effect(model: object, code: str) -> Optional[str]:
+    """``"disabled"`` when ``code`` names ``torch.inference_mode``/``no_grad``
+    (a wrapper that runs the function under it), ``"unknown"`` when it names
+    ``torch.enable_grad``/``set_grad_enabled``, else ``None``."""
+    qualify = model.names.qualify  # type: ignore[attr-defined]
+    effect = None
+    for m in _DOTTED.finditer(code):
+        qn = qualify(re.sub(r"\s+", "", m.group()))
+        if qn in _DISABLING:
+            return "disabled"
+        if qn in _SWITCHING:
+            effect = "unknown"
+    return effect
+
+
+def summarise(source: str, path: str) -> Optional[dict]:
+    """The summary of one file's text (JSON-able), or ``None`` when it does
+    not parse.
+
+    Returns:
+        ``{"symbols": {name: [sensitive, deps, effect]}, "imports": {name: spec}}``:
+        for each module-level class and function, whether its own source may
+        make a forward depend on training mode, the import specs it takes
+        from elsewhere whose verdicts decide it, and its decorator effect;
+        ``imports``: every module-level name the file imports (for
+        re-exports), as import specs.
+    """
+    import libcst as cst
+
+    from .analysis import build_model
+    from .analysis.modes import class_sensitive, code_sensitive
+    from .engine import parse_module
+
+    try:
+        module = parse_module(source)
+    except (cst.ParserSyntaxError, RecursionError):
+        return None
+    model = build_model(module, source, path)
+    relative = relative_imports(module)
+    symbols: dict[str, list] = {}
+    for node in _top_level(module.body):
+        if not isinstance(node, (cst.ClassDef, cst.FunctionDef)):
+            continue
+        name = node.name.value
+        recorder = _Recorder(relative)
+        model.project = recorder
+        code = module.code_for_node(node)
+        if isinstance(node, cst.ClassDef):
+            local = class_sensitive(model, name)
+        else:
+            local = code_sensitive(model, code, name, {name})
+        if isinstance(node, cst.ClassDef):  # a class decorates by what it derives from (a ContextDecorator)
+            effect = _grad_effect(model, " ".join(_dotted(arg.value) or "" for arg in node.bases))
+        else:
+            effect = _grad_effect(model, code)
+        symbols[name] = [bool(local), sorted(recorder.deps), effect]
+    model.project = None
+    imports = {local: spec for local, spec in model.names.aliases.items() if "." in spec}
+    imports.update(relative)
+    return {"symbols": symbols, "imports": imports}
+
+
+# -- the index -----------------------------------------------------------------------------
+class ProjectIndex:
+    """Summaries of one project's files, resolved on demand.
+
+    Args:
+        root: the project root (absolute).
+        store: the JSON file that keeps summaries between runs (in the
+            cache folder), or ``None`` to keep them in memory only.
+        max_files: summaries this process computes at most.
+        max_file_bytes: a larger file is not summarised.
+    """
+
+    def __init__(self, root: Path, store: Optional[Path] = None, *, max_files: int = MAX_FILES,
+                 max_file_bytes: int = MAX_FILE_BYTES) -> None:
+        self.root = root
+        self.store = store
+        self.max_files = max_files
+        self.max_file_bytes = max_file_bytes
+        self.entries: dict[str, list] = {}  # path relative to root -> [sha256, size, mtime_ns, summary]
+        self.fresh: dict[str, list] = {}  # entries made or refreshed by this process, not yet saved
+        self.summarised = 0  # files parsed and summarised by this process
+        self._paths: dict[Path, Optional[Path]] = {}
+        self._folders: dict[Path, list[Path]] = {}
+        self._stats: dict[str, Optional[list]] = {}  # per run: rel -> entry validated against the disk
+        if store is not None:
+            from .cache import read_json
+
+            obj = read_json(store)
+            files = obj.get("files") if obj.get("format") == _FORMAT and obj.get("root") == str(root) else None
+            if isinstance(files, dict):
+                self.entries = {k: v for k, v in files.items() if isinstance(v, list) and len(v) == 4}
+
+    def _rel(self, path: Path) -> Optional[str]:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+
+    def entry(self, path: Path) -> Optional[list]:
+        """The up-to-date entry of the file ``path`` (``[sha256, size,
+        mtime_ns, summary or None]``), summarising it when it is new or
+        changed; ``None`` when it cannot be read or is over the limits."""
+        rel = self._rel(path)
+        if rel is None:
+            return None
+        if rel in self._stats:
+            return self._stats[rel]
+        found = self._stats[rel] = self._load(path, rel)
+        return found
+
+    def _load(self, path: Path, rel: str) -> Optional[list]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        old = self.entries.get(rel)
+        if old is not None and old[1] == st.st_size and old[2] == st.st_mtime_ns:
+            return old
+        if st.st_size > self.max_file_bytes:
+            return None
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        digest = hashlib.sha256(data).hexdigest()
+        if old is not None and old[0] == digest:
+            new = [digest, st.st_size, st.st_mtime_ns, old[3]]
+        else:
+            if self.summarised >= self.max_files:
+                return None
+            self.summarised += 1
+            from .engine import decode_source
+
+            try:
+                summary = summarise(decode_source(data), str(path))
+            except (UnicodeDecodeError, SyntaxError, LookupError, RecursionError):
+                summary = None
+            new = [digest, st.st_size, st.st_mtime_ns, summary]
+        self.entries[rel] = self.fresh[rel] = new
+        return new
+
+    def digest(self, path: str) -> Optional[str]:
+        """The SHA-256 of the file ``path`` as it is now, without reading it
+        when its size and modification time match its entry's (nor parsing
+        it when they do not); ``None`` when it cannot be read."""
+        p = Path(path)
+        rel = self._rel(p)
+        if rel is None:
+            return None
+        known = self._stats.get(rel)
+        if known is not None:
+            return known[0]
+        try:
+            st = os.stat(p)
+        except OSError:
+            return None
+        old = self.entries.get(rel)
+        if old is not None and old[1] == st.st_size and old[2] == st.st_mtime_ns:
+            return old[0]
+        try:
+            with open(p, "rb") as fh:
+                return hashlib.sha256(fh.read()).hexdigest()
+        except OSError:
+            return None
+
+    def still_valid(self, deps: Sequence) -> bool:
+        """Whether every ``[path, sha256]`` of ``deps`` still matches the disk."""
+        try:
+            return all(self.digest(p) == d for p, d in deps)
+        except (TypeError, ValueError):
+            return False
+
+    def merge(self, entries: dict[str, list]) -> None:
+        """Take entries a worker process computed (to be saved by :meth:`save`)."""
+        for rel, e in entries.items():
+            self.entries[rel] = self.fresh[rel] = e
+            self._stats.pop(rel, None)
+
+    def drain(self) -> dict[str, list]:
+        """The entries made since the last call (a worker sends them to the parent)."""
+        out, self.fresh = self.fresh, {}
+        return out
+
+    def save(self, cache: object) -> None:
+        """Write the summaries to :attr:`store` through ``cache``
+        (:class:`torchgradlint.cache.Cache`), when this run changed any."""
+        if self.store is None or not self.fresh:
+            return
+        from .cache import read_json
+
+        obj = read_json(self.store)  # what concurrent runs wrote since this one began
+        files = obj.get("files") if obj.get("format") == _FORMAT and obj.get("root") == str(self.root) else None
+        merged = dict(files) if isinstance(files, dict) else {}
+        merged.update(self.entries)
+        cache.write_json(self.store, {"format": _FORMAT, "root": str(self.root), "files": merged})  # type: ignore[attr-defined]
+        self.fresh = {}
+
+    # -- resolution ---------------------------------------------------------
+    def _module_file(self, base: Path, parts: Sequence[str]) -> Optional[Path]:
+        target = base.joinpath(*parts)
+        key = target
+        if key not in self._paths:
+            found = None
+            for candidate in (target.with_name(target.name + ".py") if parts else None, target / "__init__.py"):
+                if candidate is not None and candidate.is_file():
+                    found = candidate
+                    break
+            self._paths[key] = found
+        return self._paths[key]
+
+    def _bases(self, importer: Path) -> list[Path]:
+        """Folders an absolute import from ``importer`` is looked up in."""
+        found = self._folders.get(importer.parent)
+        if found is None:
+            found = self._folders[importer.parent] = self._bases_uncached(importer)
+        return found
+
+    def _bases_uncached(self, importer: Path) -> list[Path]:
+        out = [importer.parent]
+        top = importer.parent
+        while (top / "__init__.py").is_file() and top != self.root and self.root in top.parents:
+            top = top.parent
+        out += [top, self.root, self.root / "src"]
+        seen: list[Path] = []
+        for d in out:
+            if d not in seen and (d == self.root or self.root in d.parents):
+                seen.append(d)
+        return seen
+
+    def resolve(self, spec: str, importer: Path, hops: int = 0) -> Optional[tuple[Path, str]]:
+        """The file and module-level name that the import spec ``spec``
+        (``pkg.models.Net``, ``..models.Net``) means in the file
+        ``importer``; ``None`` when it is not a definition of the project."""
+        if not spec or hops > _MAX_HOPS:
+            return None
+        level = len(spec) - len(spec.lstrip("."))
+        parts = spec[level:].split(".") if spec[level:] else []
+        if not parts or parts[0] == "torch":
+            return None
+        if level:
+            base = importer.parent
+            for _ in range(level - 1):
+                base = base.parent
+            bases = [base]
+        elif len(parts) < 2:
+            return None  # a bare name: not imported from anywhere
+        else:
+            bases = self._bases(importer)
+        for base in bases:
+            found = self._module_file(base, parts[:-1])
+            if found is not None and found != importer:
+                return self._symbol(found, parts[-1], hops)
+        return None
+
+    def _symbol(self, path: Path, name: str, hops: int) -> Optional[tuple[Path, str]]:
+        entry = self.entry(path)
+        summary = entry[3] if entry is not None else None
+        if not summary:
+            return None
+        if name in summary["symbols"]:
+            return path, name
+        spec = summary["imports"].get(name)
+        return self.resolve(spec, path, hops + 1) if spec else None
+
+    def verdict(self, path: Path, name: str, used: dict[str, str], seen: Optional[set] = None,
+                hops: int = 0) -> bool:
+        """Whether the definition ``name`` of the file ``path`` may make a
+        forward depend on training mode, following the names it takes from
+        other project files (an unresolvable one counts as may). ``used``
+        collects ``path -> sha256`` of every file consulted."""
+        seen = set() if seen is None else seen
+        if (path, name) in seen:
+            return False
+        seen.add((path, name))
+        entry = self.entry(path)
+        if entry is None or not entry[3]:
+            return True
+        used[str(path)] = entry[0]
+        local, deps, _ = entry[3]["symbols"][name]
+        if local:
+            return True
+        for dep in deps:
+            target = self.resolve(dep, path)
+            if target is None or hops >= _MAX_HOPS:
+                return True
+            self._note(target[0], used)
+            if self.verdict(target[0], target[1], used, seen, hops + 1):
+                return True
+        return False
+
+    def _note(self, path: Path, used: dict[str, str]) -> None:
+        entry = self.entry(path)
+        if entry is not None:
+            used[str(path)] = entry[0]
+
+    def prefilter_hint(self, path: str, source: str, used: dict[str, str]) -> str:
+        """Text to add to ``source`` for the prefilter
+        (:func:`torchgradlint.prefilter.candidate_rules`), which sees one file
+        only: ``" inference_mode"`` when a decorator of the file is a project
+        definition that disables grad mode (``" set_grad_enabled"`` when it
+        switches it on a flag), else ``""``. Decorators are found by text and
+        imports by Python's ``ast`` (only when the file has a decorator that
+        is not a torch API). ``used`` collects the files consulted."""
+        names = {n for n in _DECORATOR.findall(source) if n.split(".")[0] not in _PLAIN_DECORATORS}
+        if not names:
+            return ""
+        import ast
+
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return ""
+        imports: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = "." * node.level + (node.module or "")
+                for alias in node.names:
+                    imports[alias.asname or alias.name] = base + ("" if base.endswith(".") or not base else ".") \
+                        + alias.name
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        imports[alias.asname] = alias.name
+        importer = Path(os.path.abspath(path))
+        hint = ""
+        for name in names:
+            head, sep, rest = name.partition(".")
+            target = self.resolve(imports.get(head, head) + sep + rest, importer)
+            if target is None:
+                continue
+            entry = self.entry(target[0])
+            if entry is None or not entry[3]:
+                continue
+            used[str(target[0])] = entry[0]
+            effect = entry[3]["symbols"][target[1]][2]
+            if effect == "disabled":
+                hint += " inference_mode"
+            elif effect == "unknown":
+                hint += " set_grad_enabled"
+        return hint
+
+    def view(self, path: str, module: cst.Module, used: Optional[dict[str, str]] = None) -> "ProjectView":
+        """The index as the file ``path`` (parsed as ``module``) sees it;
+        ``used``: files already consulted for it (by :meth:`prefilter_hint`)."""
+        view = ProjectView(self, Path(os.path.abspath(path)), relative_imports(module))
+        view.used.update(used or {})
+        return view
+
+
+class ProjectView:
+    """One linted file's window on its :class:`ProjectIndex`: resolves the
+    names the file imports and records which project files its result rests
+    on (:attr:`used`, for the diagnostics cache)."""
+
+    def __init__(self, index: ProjectIndex, path: Path, relative: dict[str, str]) -> None:
+        self.index = index
+        self.path = path
+        self.relative = relative
+        self.used: dict[str, str] = {}
+        self.switches_grad = False  # a decorator resolved here disables grad mode or sets it on a flag
+
+    def imports_relatively(self, name: str) -> bool:
+        """Whether the file binds ``name`` by a relative import."""
+        return name in self.relative
+
+    def _resolve(self, text: str) -> Optional[tuple[Path, str]]:
+        target = self.index.resolve(_spec(text, self.relative), self.path)
+        if target is not None:
+            self.index._note(target[0], self.used)
+        return target
+
+    def sensitive(self, text: str) -> Optional[bool]:
+        """Whether the project definition that ``text`` (a qualified name,
+        or one bound by a relative import) names may make a forward depend
+        on training mode; ``None`` when it is not one the index can find."""
+        if not text:
+            return None
+        target = self._resolve(text)
+        if target is None:
+            return None
+        return self.index.verdict(target[0], target[1], self.used)
+
+    def decorator(self, text: str) -> Optional[Decorator]:
+        """The grad-mode effect of the project definition ``text`` names,
+        used as a decorator; ``None`` when the index cannot find it."""
+        target = self._resolve(text)
+        if target is None:
+            return None
+        from .analysis.model import GradMode
+
+        entry = self.index.entry(target[0])
+        effect = entry[3]["symbols"][target[1]][2] if entry is not None and entry[3] else None
+        self.switches_grad = self.switches_grad or effect is not None
+        return Decorator({"disabled": GradMode.DISABLED, "unknown": GradMode.UNKNOWN}.get(effect))
+
+    def deps(self) -> list[list[str]]:
+        """``[path, sha256]`` of every project file consulted so far."""
+        return [[p, d] for p, d in sorted(self.used.items()) if Path(p) != self.path]
+
+
+_OPEN: dict[tuple[str, Optional[str]], ProjectIndex] = {}
+
+
+def open_index(root: "str | os.PathLike[str]", store: "Optional[str | os.PathLike[str]]" = None, *,
+               fresh: bool = False) -> ProjectIndex:
+    """The process's :class:`ProjectIndex` of ``root`` (one per root and
+    store, so a worker process keeps its summaries from file to file; a
+    forked worker inherits its parent's). ``fresh``: start a new one (a new
+    run: files may have changed since the last)."""
+    key = (str(root), None if store is None else str(store))
+    index = _OPEN.get(key)
+    if index is None or fresh:
+        index = _OPEN[key] = ProjectIndex(Path(root), None if store is None else Path(store))
+    return index
+
+
+def store_path(cache: object, root: Path) -> Path:
+    """Where the summaries of the project ``root`` live in the cache folder
+    of ``cache`` (:class:`torchgradlint.cache.Cache`)."""
+    name = hashlib.sha256(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return cache.index_path.parent / f"project-{name}.json"  # type: ignore[attr-defined]
+
+
+def indexes_for(paths: Sequence[str], cache: object = None,
+                enabled: Optional["Callable[[str], bool]"] = None) -> "Callable[[str], Optional[ProjectIndex]]":
+    """For a run over ``paths`` (what the command line named), the function
+    that gives a linted file its :class:`ProjectIndex`: one per project root
+    (:func:`find_root`, falling back to the common folder of ``paths``),
+    stored in ``cache`` (:class:`torchgradlint.cache.Cache`, or ``None``: in
+    memory only); ``None`` for a file ``enabled`` turns it off for."""
+    fallback = common_folder(paths)
+    opened: dict[Path, ProjectIndex] = {}
+    markers: dict[str, bool] = {}
+
+    def index_for(path: str) -> Optional[ProjectIndex]:
+        if enabled is not None and not enabled(path):
+            return None
+        root = find_root(path, fallback, markers)
+        if root is None:
+            return None
+        if root not in opened:
+            opened[root] = open_index(root, store_path(cache, root) if cache is not None else None, fresh=True)
+        return opened[root]
+
+    return index_for

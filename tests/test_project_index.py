@@ -1,0 +1,268 @@
+"""The project index: names a file imports from its own project are resolved
+(``torchgradlint check`` on small projects under ``tmp_path``)."""
+
+import io
+import sys
+import textwrap
+
+import pytest
+
+import torchgradlint.project_index as project_index
+from torchgradlint.cli import main
+
+pytestmark = pytest.mark.usefixtures("isolated_cwd")  # tests/conftest.py
+
+# A training loop, then an evaluation under no_grad without ``model.eval()``:
+# TGL201 when ``Net`` may hold dropout or batch norm.
+TRAIN = """\
+import torch
+{imports}
+
+model = {ctor}
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        val = model(x)
+"""
+
+MODE_FREE = """\
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+"""
+
+WITH_DROPOUT = MODE_FREE.replace("self.act = nn.ReLU()", "self.act = nn.Dropout(0.5)")
+
+# A decorator of the project that runs the function under inference mode,
+# named so that its name says nothing; and one that just calls it.
+DECORATORS = """\
+import functools
+
+import torch
+
+
+def evaluation(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def timed(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+"""
+
+FIT = """\
+import torch
+from utils import {name}
+
+
+@{name}
+def fit(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def write(root, files):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def check(capsys, *argv):
+    rc = main(["check", "--no-cache", "--select", "TGL002,TGL201", *argv])
+    out, err = capsys.readouterr()
+    return rc, out
+
+
+def codes(out):
+    return sorted({line.split(": ")[1].split()[0] for line in out.splitlines() if ": TGL" in line})
+
+
+def test_a_project_class_without_dropout_or_batch_norm_silences_tgl201(tmp_path, capsys):
+    write(tmp_path, {"model.py": MODE_FREE, "main.py": TRAIN.format(imports="from model import Net", ctor="Net()")})
+    assert check(capsys, "main.py") == (0, "")
+    rc, out = check(capsys, "--no-project-index", "main.py")
+    assert rc == 1 and codes(out) == ["TGL201"]
+
+
+def test_a_project_class_with_dropout_still_fires(tmp_path, capsys):
+    write(tmp_path, {"model.py": WITH_DROPOUT, "main.py": TRAIN.format(imports="from model import Net",
+                                                                         ctor="Net()")})
+    rc, out = check(capsys, "main.py")
+    assert rc == 1 and "main.py:12:15: TGL201" in out
+
+
+def test_a_base_class_in_a_third_file_decides(tmp_path, capsys):
+    base = "import torch.nn as nn\n\n\nclass Base(nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+           "        self.norm = nn.{layer}(4)\n"
+    net = "from base import Base\n\n\nclass Net(Base):\n    pass\n"
+    write(tmp_path, {"base.py": base.format(layer="LayerNorm"), "model.py": net,
+                     "main.py": TRAIN.format(imports="from model import Net", ctor="Net()")})
+    assert check(capsys, "main.py")[0] == 0
+    (tmp_path / "base.py").write_text(base.format(layer="BatchNorm1d"))
+    assert codes(check(capsys, "main.py")[1]) == ["TGL201"]
+
+
+@pytest.mark.parametrize("imports, ctor", [
+    ("from .models import Net", "Net()"),
+    ("from . import models", "models.Net()"),
+    ("from ..pkg.models import Net", "Net()"),
+    ("from pkg.models import Net", "Net()"),
+    ("import pkg.models", "pkg.models.Net()"),
+])
+def test_imports_from_a_package_resolve(tmp_path, capsys, imports, ctor):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    write(tmp_path, {"pkg/__init__.py": "", "pkg/models.py": MODE_FREE,
+                     "pkg/train.py": TRAIN.format(imports=imports, ctor=ctor)})
+    assert check(capsys, "pkg/train.py") == (0, "")
+    assert codes(check(capsys, "--no-project-index", "pkg/train.py")[1]) == ["TGL201"]
+
+
+def test_a_re_export_in_a_package_init_is_followed(tmp_path, capsys):
+    write(tmp_path, {"nets/__init__.py": "from .model import Net\n", "nets/model.py": WITH_DROPOUT,
+                     "main.py": TRAIN.format(imports="from nets import Net", ctor="Net()")})
+    assert codes(check(capsys, "main.py")[1]) == ["TGL201"]
+    (tmp_path / "nets" / "model.py").write_text(MODE_FREE)
+    assert check(capsys, "main.py") == (0, "")
+
+
+def test_import_module_then_attribute(tmp_path, capsys):
+    write(tmp_path, {"utils.py": MODE_FREE, "main.py": TRAIN.format(imports="import utils", ctor="utils.Net()")})
+    assert check(capsys, "main.py") == (0, "")
+
+
+def test_unresolvable_names_stay_unknown(tmp_path, capsys):
+    write(tmp_path, {"main.py": TRAIN.format(imports="from models import Net", ctor="Net()"),
+                     "other.py": MODE_FREE})
+    rc, out = check(capsys, "main.py")
+    assert rc == 1 and codes(out) == ["TGL201"]
+    # a library installed elsewhere (not a file of the project) is not resolved either
+    write(tmp_path, {"main.py": TRAIN.format(imports="from torchvision.models import resnet18",
+                                             ctor="resnet18()")})
+    assert codes(check(capsys, "main.py")[1]) == ["TGL201"]
+
+
+def test_a_project_decorator_that_wraps_inference_mode_disables_grad(tmp_path, capsys):
+    write(tmp_path, {"utils.py": DECORATORS, "main.py": FIT.format(name="evaluation"),
+                     "timed.py": FIT.format(name="timed")})
+    rc, out = check(capsys, "main.py", "timed.py")
+    assert rc == 1
+    assert "main.py:10:9: TGL002" in out and "@utils.evaluation" in out
+    assert "timed.py" not in out  # a decorator that just calls the function changes nothing
+    # without the index the decorator is foreign: grad mode unknown, nothing reported
+    assert check(capsys, "--no-project-index", "main.py", "timed.py") == (0, "")
+    # TGL002 alone: the prefilter would skip the file whole (no grad-mode API spelled in it)
+    rc = main(["check", "--no-cache", "--select", "TGL002", "main.py", "timed.py"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "main.py:10:9: TGL002" in out and "timed.py" not in out
+
+
+def test_project_index_false_in_the_config_turns_it_off(tmp_path, capsys):
+    write(tmp_path, {"model.py": MODE_FREE, "main.py": TRAIN.format(imports="from model import Net", ctor="Net()")})
+    (tmp_path / "pyproject.toml").write_text("[tool.torchgradlint]\nproject-index = false\n")
+    assert codes(check(capsys, "main.py")[1]) == ["TGL201"]
+    write(tmp_path, {"bad/pyproject.toml": "[tool.torchgradlint]\nproject-index = 1\n", "bad/main.py": "import torch\n"})
+    rc = main(["check", "bad/main.py"])
+    assert rc == 2 and "project-index" in capsys.readouterr().err
+
+
+def test_standard_input_is_linted_alone(tmp_path, capsys, monkeypatch):
+    write(tmp_path, {"model.py": MODE_FREE})
+    text = TRAIN.format(imports="from model import Net", ctor="Net()")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    rc, out = check(capsys, "-", "--stdin-filename", "main.py")
+    assert rc == 1 and codes(out) == ["TGL201"]
+
+
+@pytest.fixture
+def summarised(tmp_path, monkeypatch):
+    """Logs, one line per call, the files the index parses and summarises
+    (worker processes are forked from this one and append to the same file)."""
+    log = tmp_path.parent / f"{tmp_path.name}-summarised.log"
+    log.write_text("")
+    real = project_index.summarise
+
+    def logged(source, path):
+        with open(log, "a") as fh:
+            fh.write(path.rsplit("/", 1)[-1] + "\n")
+        return real(source, path)
+
+    monkeypatch.setattr(project_index, "summarise", logged)
+    return lambda: log.read_text().split()
+
+
+def cached(capsys, *argv):
+    rc = main(["check", "--cache-dir", ".cache", "--select", "TGL201", *argv])
+    out, _ = capsys.readouterr()
+    return rc, out
+
+
+def test_the_cache_keeps_summaries_and_re_reads_only_changed_files(tmp_path, capsys, summarised):
+    write(tmp_path, {"model.py": MODE_FREE, "main.py": TRAIN.format(imports="from model import Net", ctor="Net()")})
+    assert cached(capsys, "main.py") == (0, "")
+    assert summarised() == ["model.py"]
+    # main.py edited, model.py not: main.py is linted again, model.py's summary comes from the cache
+    with open(tmp_path / "main.py", "a") as fh:
+        fh.write("print(val)\n")
+    assert cached(capsys, "main.py") == (0, "")
+    assert summarised() == ["model.py"]
+    # model.py gains a dropout: main.py's cached result rests on it, so both are read again
+    (tmp_path / "model.py").write_text(WITH_DROPOUT)
+    rc, out = cached(capsys, "main.py")
+    assert rc == 1 and codes(out) == ["TGL201"]
+    assert summarised() == ["model.py", "model.py"]
+    assert cached(capsys, "main.py")[0] == 1  # and the new result is cached as it is
+    assert summarised() == ["model.py", "model.py"]
+
+
+def test_the_index_and_the_plain_run_do_not_share_cached_results(tmp_path, capsys):
+    write(tmp_path, {"model.py": MODE_FREE, "main.py": TRAIN.format(imports="from model import Net", ctor="Net()")})
+    assert cached(capsys, "main.py")[0] == 0
+    assert cached(capsys, "--no-project-index", "main.py")[0] == 1
+    assert cached(capsys, "main.py")[0] == 0
+
+
+def test_limits_leave_names_unknown(tmp_path):
+    write(tmp_path, {"model.py": MODE_FREE, "main.py": "from model import Net\n"})
+    importer = tmp_path / "main.py"
+    small = project_index.ProjectIndex(tmp_path, max_file_bytes=10)
+    assert small.resolve("model.Net", importer) is None
+    none = project_index.ProjectIndex(tmp_path, max_files=0)
+    assert none.resolve("model.Net", importer) is None
+    index = project_index.ProjectIndex(tmp_path)
+    found = index.resolve("model.Net", importer)
+    assert found == (tmp_path / "model.py", "Net")
+    assert index.verdict(*found, used := {}) is False and list(used) == [str(tmp_path / "model.py")]
+
+
+def test_the_root_is_the_nearest_marked_folder(tmp_path):
+    (tmp_path / "repo" / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "repo" / "setup.cfg").write_text("")
+    f = tmp_path / "repo" / "src" / "pkg" / "m.py"
+    assert project_index.find_root(f) == tmp_path / "repo"
+    loose = tmp_path / "loose" / "a"
+    loose.mkdir(parents=True)
+    assert project_index.find_root(loose / "m.py", tmp_path / "loose") == tmp_path / "loose"
+    assert project_index.find_root(loose / "m.py", tmp_path / "elsewhere") is None
