@@ -22,6 +22,8 @@ RULES = (
     ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward', '.train('),), False, False),
     ('TGL202', 'train-not-restored', True, (('eval', 'train('), ('backward', 'step')), False, False),
     ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'scaled_dot_product_attention'),), False, False),
+    ('TGL301', 'amp-clip-without-unscale', True, (('scale',), ('clip_grad',)), True, False),
+    ('TGL302', 'amp-scaler-bypassed', True, (('scale',), ('step',)), False, False),
     ('TGL303', 'softmax-into-ce-loss', True, (('softmax', 'Softmax', 'sigmoid', 'Sigmoid', 'expit'), ('cross_entropy', 'CrossEntropyLoss', 'nll_loss', 'NLLLoss', 'with_logits', 'WithLogits', 'log(', '.log()', 'log as')), False, False),
     ('TGL304', 'gradcheck-float32', True, (('gradcheck',),), False, False),
     ('TGL305', 'fp16-adam-eps', True, (('half', 'float16'), ('Adam',)), False, False),
