@@ -337,7 +337,9 @@ step.
                 else:
                     shown = f"`{shown}`"
                 scalar = is_scalar_loss(model, value, s.fact)
-                what = ("its autograd graph" if scalar
+                # A value already backpropagated in the iteration has had its
+                # saved tensors freed: only the graph's nodes are kept.
+                what = ("its autograd graph" if scalar or freed_by_backward(model, value, s.fact)
                         else "its autograd graph and every activation saved for backward")
                 if s.kind == "accumulate":
                     msg = (f"`{s.container}` accumulates {shown} with {what} across iterations, so memory grows "
