@@ -153,15 +153,17 @@ def _may_be_callable(model: FileModel, node: cst.BaseExpression, at: Call) -> bo
     function, ``partial(...)``, or a name not bound to a computed value."""
     if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation, cst.Subscript, cst.Integer, cst.Float)):
         return False
+    def partial_call(value: Optional[cst.BaseExpression]) -> bool:
+        return isinstance(value, cst.Call) and (model.qualname(value.func) or "").endswith("partial")
+
     if isinstance(node, cst.Call):
-        return (model.qualname(node.func) or "").endswith("partial")
+        return partial_call(node)
     text = dotted_name(node)
     if text is None or model.functions.get(text):
         return True
     binding = model.reaching_binding(text, at)
     return binding is None or binding.kind not in ("assign", "annassign") or isinstance(
-        binding.value, (cst.Lambda, cst.Name, cst.Attribute)) or (
-        isinstance(binding.value, cst.Call) and (model.qualname(binding.value.func) or "").endswith("partial"))
+        binding.value, (cst.Lambda, cst.Name, cst.Attribute)) or partial_call(binding.value)
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def _rebuilt_each_iteration(model: FileModel, graph, target, at: Call, loop: Loo
     a value (a backward target always carries a graph, else backward
     raises)."""
     inside = _node_ids(model, loop)
-    scope_ids = _scope_node_ids(model, at.scope)
+    scope_ids = _node_ids(model, at.scope)
     if (any(id(src) in scope_ids and id(src) not in inside and not _same_file_call(model, src)
             for src in graph.sources)
             or _reads_pre_loop_graph(model, target, at, loop, strict=graph.state is not State.UNKNOWN)) \
@@ -281,21 +281,13 @@ def _reads_pre_loop_graph(model: FileModel, target, at: Call, loop: Loop, *, str
     return False
 
 
-def _scope_node_ids(model: FileModel, scope) -> frozenset[int]:
-    """Ids of every node of ``scope``'s own definition (memoised per scope)."""
-    key = ("scope-node-ids", id(scope))
+def _node_ids(model: FileModel, region) -> frozenset[int]:
+    """Ids of every node inside ``region`` (a loop, or a scope's whole
+    definition), memoised per region."""
+    key = ("node-ids", id(region.node))
     found = model.memo.get(key)
     if found is None:
-        found = model.memo[key] = frozenset(id(n) for n in walk(scope.node))
-    return found  # type: ignore[return-value]
-
-
-def _node_ids(model: FileModel, loop: Loop) -> frozenset[int]:
-    """Ids of every node inside ``loop`` (memoised per loop)."""
-    key = ("loop-node-ids", id(loop))
-    found = model.memo.get(key)
-    if found is None:
-        found = model.memo[key] = frozenset(id(n) for n in walk(loop.node))
+        found = model.memo[key] = frozenset(id(n) for n in walk(region.node))
     return found  # type: ignore[return-value]
 
 
