@@ -39,6 +39,15 @@ def runs_backward(model: FileModel, call: Call, *, accumulating_only: bool, dept
     """Whether ``call`` runs a backward, itself or through same-file helpers
     (followed up to ``_MAX_DEPTH`` calls deep). With ``accumulating_only``,
     ``torch.autograd.grad`` does not count (it does not write ``.grad``)."""
+    memo = model.cached(runs_backward, dict)  # per file: the loops of a file ask about the same calls
+    key = (id(call), accumulating_only, depth)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _runs_backward(model, call, accumulating_only, depth)
+    return found
+
+
+def _runs_backward(model: FileModel, call: Call, accumulating_only: bool, depth: int) -> bool:
     b: Optional[Backward] = backward_call(model, call)
     if b is not None and (b.accumulates or not accumulating_only):
         return True
@@ -63,7 +72,17 @@ def _in_training_loop(model: FileModel, call: Call) -> bool:
 def _function_step_sites(model: FileModel, scope: Scope, depth: int,
                          seen: frozenset = frozenset()) -> list[tuple[OptimizerStep, bool]]:
     """Steps reached by calling ``scope``, each with whether it runs inside a
-    training loop somewhere along the helper chain."""
+    training loop somewhere along the helper chain (memoised per file: every
+    call of a helper asks)."""
+    memo = model.cached(_function_step_sites, dict)
+    key = (id(scope), depth, seen)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _step_sites_of(model, scope, depth, seen)
+    return list(found)
+
+
+def _step_sites_of(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list[tuple[OptimizerStep, bool]]:
     out: list[tuple[OptimizerStep, bool]] = []
     seen = seen | {id(scope)}
     for c in model.calls_within(scope.order, scope.end):
@@ -99,7 +118,12 @@ def has_backward(model: FileModel, order: int, end: int) -> bool:
     """Whether ``[order, end]`` runs an accumulating backward, directly or
     through a same-file helper (``torch.autograd.grad`` does not count: it
     does not write ``.grad``)."""
-    return any(runs_backward(model, c, accumulating_only=True) for c in model.calls_within(order, end))
+    memo = model.cached(has_backward, dict)  # per file, by range
+    found = memo.get((order, end))
+    if found is None:
+        found = memo[(order, end)] = any(runs_backward(model, c, accumulating_only=True)
+                                         for c in model.calls_within(order, end))
+    return found
 
 
 def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
@@ -151,7 +175,12 @@ def iterates_data(model: FileModel, loop: Loop) -> bool:
 def loop_trains(model: FileModel, loop: Loop) -> bool:
     """Whether ``loop``'s body runs a backward (directly or through a
     same-file helper), ``torch.autograd.grad`` included."""
-    return any(runs_backward(model, c, accumulating_only=False) for c in model.calls_within(loop.order, loop.end))
+    memo = model.cached(loop_trains, dict)  # per file, by loop
+    found = memo.get(id(loop))
+    if found is None:
+        found = memo[id(loop)] = any(runs_backward(model, c, accumulating_only=False)
+                                     for c in model.calls_within(loop.order, loop.end))
+    return found
 
 
 _STORE_METHODS = frozenset({"append", "extend", "insert", "add", "push", "put", "store", "update", "appendleft"})
