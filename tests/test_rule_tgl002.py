@@ -284,3 +284,28 @@ def test_constructor_call_site_gives_the_class():
     src = src.replace("            sampling = diffusion_model.is_ddim_sampling\n", "")
     src += "\n    trainer = Trainer(GaussianDiffusion(Unet(4), 32))\n    trainer.train(loader)\n"
     assert len(lines(src)) == 1
+
+
+_HELPER_ENTERS = """
+    import torch
+
+    def log_stats(model, x):
+        torch.{api}().__enter__()
+        return model(x).mean().item()
+
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        log_stats(model, x)
+    """
+
+
+def test_helper_entering_no_grad_without_exit_breaks_the_next_backward():
+    assert lines(_HELPER_ENTERS.replace("{api}", "no_grad")) == [11]
+
+
+def test_helper_entering_a_temporary_inference_mode_leaves_grad_on():
+    # the temporary's guard is released at the end of the statement (measured, torch 2.13)
+    assert lines(_HELPER_ENTERS.replace("{api}", "inference_mode")) == []

@@ -56,10 +56,12 @@ def leaves_grad_disabled(model: FileModel, scope: Scope) -> Optional[Region]:
             found = None  # switched back (or to an unknown flag) later in the body
     for call in model.calls_within(scope.order, scope.end):
         if call.method == "__enter__" and isinstance(call.receiver, cst.Call) and call.scope is scope \
-                and model.qualname(call.receiver.func) in ("torch.no_grad", "torch.inference_mode"):
+                and model.qualname(call.receiver.func) == "torch.no_grad":
+            # (``torch.inference_mode().__enter__()`` holds its guard in the temporary object,
+            # released at the end of the statement: it leaves nothing disabled; see TGL005)
             if not any(c.method == "__exit__" and c.scope is scope for c in model.calls_within(scope.order, scope.end)):
                 found = found or Region(call.node, GradMode.DISABLED, "statement",
-                                        model.qualname(call.receiver.func) or "torch.no_grad", call.order)
+                                        "torch.no_grad", call.order)
     model.memo[key] = found
     return found
 

@@ -93,8 +93,9 @@ with torch.no_grad():
 """
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        if not model.regions and not any(s.decorator_region for s in model.scopes):
-            return
+        if not model.regions and not any(s.decorator_region for s in model.scopes) \
+                and not any(c.method == "__enter__" for c in model.calls):
+            return  # nothing disables grad (``torch.no_grad().__enter__()`` is no region)
         yield from self._at_backwards(model)
         yield from self._grad_left_disabled(model)
         yield from self._backward_in_forward(model)
