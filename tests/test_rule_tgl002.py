@@ -309,3 +309,59 @@ def test_helper_entering_no_grad_without_exit_breaks_the_next_backward():
 def test_helper_entering_a_temporary_inference_mode_leaves_grad_on():
     # the temporary's guard is released at the end of the statement (measured, torch 2.13)
     assert lines(_HELPER_ENTERS.replace("{api}", "inference_mode")) == []
+
+
+_TOWER = """
+    import torch
+    from torch import nn
+
+    class CLIPVisionTower(nn.Module):
+        def __init__(self, vision_tower, args, delay_load=False):
+            super().__init__()
+            self.vision_tower_name = vision_tower
+            if not delay_load:
+                self.load_model()
+            {option}
+
+        def load_model(self):
+            self.vision_tower = CLIPVisionModel.from_pretrained(self.vision_tower_name)
+            self.vision_tower.requires_grad_(False)
+
+        @torch.no_grad()
+        def forward(self, images):
+            {body}
+            return self.vision_tower(images, output_hidden_states=True).hidden_states[-2]
+    """
+
+
+def _tower(option: str = "pass", body: str = "pass") -> str:
+    return _TOWER.replace("{option}", option).replace("{body}", body)
+
+
+def _decorator_line(src: str) -> int:
+    return src.count("\n", 0, src.index("@torch.no_grad()")) + 1
+
+
+def test_no_grad_forward_of_a_tower_with_an_unfreeze_option():
+    # devset TinyLLaVA clip_encoder.py (issue #17): `--tune_vision_tower` cannot train it
+    src = _tower("if getattr(args, 'unfreeze_mm_vision_tower', False):\n                self.load_model()")
+    assert lines(src) == [_decorator_line(src)]
+
+
+def test_no_grad_forward_of_a_tower_made_trainable():
+    src = _tower("self.vision_tower.requires_grad_(True)")
+    assert lines(src) == [_decorator_line(src)]
+
+
+def test_frozen_tower_with_no_grad_forward_is_silent():
+    # LLaVA's frozen tower: only requires_grad_(False), no option to train it
+    assert lines(_tower()) == []
+
+
+def test_unfreeze_option_that_the_forward_honours_is_silent():
+    option = "self.unfreeze = getattr(args, 'unfreeze_mm_vision_tower', False)"
+    assert len(lines(_tower(option))) == 1
+    assert lines(_tower(option).replace("@torch.no_grad()\n", "")) == []
+    assert lines(_tower(option, "torch.set_grad_enabled(self.unfreeze)")) == []
+    # branching on the option inside the decorated forward changes nothing: grad is still off
+    assert len(lines(_tower(option, "if self.unfreeze:\n                return self.vision_tower(images)"))) == 1
