@@ -465,6 +465,52 @@ def _bindings_sensitive(model: FileModel, text: str, bindings: list) -> Optional
     return False if seen_ctor else None
 
 
+# Layers whose output is random, or depends on the mode otherwise than batch norm's statistics.
+_DROPOUT_SOURCE = re.compile(r"Dropout|\bdropout|Transformer|MultiheadAttention|RReLU|\.training\b|"
+                             r"scaled_dot_product_attention")
+
+
+def dropout_free_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether every construction of the module ``text`` that may reach
+    ``call`` is visible in the file and holds no dropout (nor attention,
+    RReLU, or a ``self.training`` branch): batch norm is its only
+    mode-dependent layer. ``False`` when a construction is not visible (a
+    parameter, an imported factory, a layer imported from another package)."""
+    here = _built_values(model, text, model.reaching_bindings(text, call))
+    ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
+    return bool(ctors) and all(
+        isinstance(v, cst.Call) and _code_dropout_free(model, model.module.code_for_node(v), set()) for v in ctors)
+
+
+def _built_values(model: FileModel, text: str, bindings: list) -> list:
+    """The values of ``bindings`` that build a new object for ``text``
+    (not ``model = model.to(device)``, a wrapper of itself, an unpacking)."""
+    out = []
+    for a in bindings:
+        if a.kind not in ("assign", "annassign") or a.unpacked:
+            continue
+        value = unwrap(a.value)
+        if isinstance(value, (cst.Name, cst.Attribute)) or _rewraps_itself(value, text) \
+                or (isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH):
+            continue  # the same module, wrapped or moved
+        out.append(value)
+    return out
+
+
+def _code_dropout_free(model: FileModel, code: str, seen: set[str]) -> bool:
+    if _DROPOUT_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
+        return False
+    for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
+        if word in model.classes and word not in seen:
+            seen.add(word)
+            if not _code_dropout_free(model, model.module.code_for_node(model.classes[word].node), seen):
+                return False
+        target = model.names.aliases.get(word)
+        if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
+            return False  # a layer or factory from another package: not visible
+    return True
+
+
 # -- mode events -----------------------------------------------------------------
 def _owner_of(owner: str, text: str) -> bool:
     return text == owner or text.startswith(owner + ".")
