@@ -676,3 +676,66 @@ def test_step_given_a_loss_tensor_is_a_wrapper_that_resets_itself():
                 self.alpha_optim.step()
                 self.critic_optim.step(loss + aux)
         """) == []
+
+
+# -- corpora run 7: a generator sampled on fixed noise in its own training loop (DCGAN tutorial) ----
+_DCGAN = """
+    import torch
+    from torch import nn
+
+    generator = nn.Sequential(nn.ConvTranspose2d(100, 64, 4), nn.BatchNorm2d(64), nn.ReLU(),
+                              nn.ConvTranspose2d(64, 3, 4), nn.Tanh())
+    discriminator = nn.Sequential(nn.Conv2d(3, 64, 4), nn.LeakyReLU(0.2), nn.Flatten(), nn.LazyLinear(1))
+    optimizer_g = torch.optim.Adam(generator.parameters(), lr=2e-4)
+    optimizer_d = torch.optim.Adam(discriminator.parameters(), lr=2e-4)
+    criterion = nn.BCEWithLogitsLoss()
+    fixed_noise = torch.randn(64, 100, 1, 1)
+    for i, (real, _) in enumerate(dataloader):
+        noise = torch.randn(real.size(0), 100, 1, 1)
+        fake = generator(noise)
+        optimizer_d.zero_grad()
+        out = discriminator(fake.detach())
+        criterion(out, torch.zeros_like(out)).backward()
+        optimizer_d.step()
+        optimizer_g.zero_grad()
+        out = discriminator(fake)
+        criterion(out, torch.ones_like(out)).backward()
+        optimizer_g.step()
+        if i % 500 == 0:
+            with torch.no_grad():
+                samples = generator({sample_input}).detach().cpu()
+            save_image(samples, f"fake-{i}.png")
+    """
+
+
+def test_generator_sampled_on_fixed_noise_in_its_training_loop_is_silent():
+    # pytorch-lightning examples/fabric/dcgan/train_torch.py:195, the PyTorch DCGAN tutorial's shape:
+    # noise batches have the statistics of the training batches; this is no evaluation on held-out data
+    assert codes(_DCGAN.replace("{sample_input}", "fixed_noise")) == []
+    assert codes(_DCGAN.replace("{sample_input}", "torch.randn(16, 100, 1, 1)")) == []
+
+
+def test_generator_run_on_a_data_batch_under_no_grad_still_fires():
+    # the near miss: the module under no_grad gets data (an evaluation), not noise
+    found = codes(_DCGAN.replace("{sample_input}", "real"))
+    assert [c for c, _ in found] == ["TGL201"]
+
+
+def test_pretrained_generator_sampled_on_noise_outside_training_still_fires():
+    # not trained in this loop: a generator loaded and sampled in training mode
+    assert [c for c, _ in codes("""
+        import torch
+        from torch import nn
+        generator = nn.Sequential(nn.Linear(100, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 8))
+        generator.load_state_dict(torch.load("g.pt"))
+        generator.train()
+        with torch.no_grad():
+            samples = generator(torch.randn(64, 100))
+        """)] == ["TGL201"]
+
+
+def test_generator_with_dropout_sampled_on_noise_still_fires():
+    # dropout (a diffusion UNet's, pix2pix's) makes every sample worse in training mode
+    src = _DCGAN.replace("{sample_input}", "fixed_noise").replace("nn.BatchNorm2d(64), nn.ReLU()",
+                                                                  "nn.BatchNorm2d(64), nn.Dropout(0.1), nn.ReLU()")
+    assert [c for c, _ in codes(src)] == ["TGL201"]
