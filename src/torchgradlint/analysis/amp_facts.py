@@ -184,11 +184,7 @@ class AmpEvent:
 def classify(model: FileModel, call: Call) -> Optional[AmpEvent]:
     """The :class:`AmpEvent` of one call (``site`` = ``call``), or ``None``.
     Memoised per file: every scope that reaches a helper classifies its calls."""
-    memo = model.cached(classify, dict)
-    key = id(call)
-    if key not in memo:
-        memo[key] = _classify(model, call)
-    return memo[key]
+    return model.memoised(classify, id(call), lambda: _classify(model, call))
 
 
 def _classify(model: FileModel, call: Call) -> Optional[AmpEvent]:
@@ -223,12 +219,8 @@ def step_events(model: FileModel, scope: Scope) -> list[AmpEvent]:
 
 
 def _events(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list[AmpEvent]:
-    memo = model.cached(_events, dict)  # per file: every scope that calls a helper asks for its events
-    key = (id(scope), depth, seen)
-    found = memo.get(key)
-    if found is None:
-        found = memo[key] = _scope_events(model, scope, depth, seen)
-    return found
+    # per file: every scope that calls a helper asks for its events
+    return model.memoised(_events, (id(scope), depth, seen), lambda: _scope_events(model, scope, depth, seen))
 
 
 def _scope_events(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list[AmpEvent]:

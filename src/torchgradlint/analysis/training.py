@@ -39,12 +39,8 @@ def runs_backward(model: FileModel, call: Call, *, accumulating_only: bool, dept
     """Whether ``call`` runs a backward, itself or through same-file helpers
     (followed up to ``_MAX_DEPTH`` calls deep). With ``accumulating_only``,
     ``torch.autograd.grad`` does not count (it does not write ``.grad``)."""
-    memo = model.cached(runs_backward, dict)  # per file: the loops of a file ask about the same calls
-    key = (id(call), accumulating_only, depth)
-    found = memo.get(key)
-    if found is None:
-        found = memo[key] = _runs_backward(model, call, accumulating_only, depth)
-    return found
+    return model.memoised(runs_backward, (id(call), accumulating_only, depth),  # the loops ask about the same calls
+                          lambda: _runs_backward(model, call, accumulating_only, depth))
 
 
 def _runs_backward(model: FileModel, call: Call, accumulating_only: bool, depth: int) -> bool:
@@ -74,12 +70,8 @@ def _function_step_sites(model: FileModel, scope: Scope, depth: int,
     """Steps reached by calling ``scope``, each with whether it runs inside a
     training loop somewhere along the helper chain (memoised per file: every
     call of a helper asks)."""
-    memo = model.cached(_function_step_sites, dict)
-    key = (id(scope), depth, seen)
-    found = memo.get(key)
-    if found is None:
-        found = memo[key] = _step_sites_of(model, scope, depth, seen)
-    return list(found)
+    return list(model.memoised(_function_step_sites, (id(scope), depth, seen),
+                               lambda: _step_sites_of(model, scope, depth, seen)))
 
 
 def _step_sites_of(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list[tuple[OptimizerStep, bool]]:
@@ -118,12 +110,8 @@ def has_backward(model: FileModel, order: int, end: int) -> bool:
     """Whether ``[order, end]`` runs an accumulating backward, directly or
     through a same-file helper (``torch.autograd.grad`` does not count: it
     does not write ``.grad``)."""
-    memo = model.cached(has_backward, dict)  # per file, by range
-    found = memo.get((order, end))
-    if found is None:
-        found = memo[(order, end)] = any(runs_backward(model, c, accumulating_only=True)
-                                         for c in model.calls_within(order, end))
-    return found
+    return model.memoised(has_backward, (order, end), lambda: any(
+        runs_backward(model, c, accumulating_only=True) for c in model.calls_within(order, end)))
 
 
 def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
@@ -175,12 +163,8 @@ def iterates_data(model: FileModel, loop: Loop) -> bool:
 def loop_trains(model: FileModel, loop: Loop) -> bool:
     """Whether ``loop``'s body runs a backward (directly or through a
     same-file helper), ``torch.autograd.grad`` included."""
-    memo = model.cached(loop_trains, dict)  # per file, by loop
-    found = memo.get(id(loop))
-    if found is None:
-        found = memo[id(loop)] = any(runs_backward(model, c, accumulating_only=False)
-                                     for c in model.calls_within(loop.order, loop.end))
-    return found
+    return model.memoised(loop_trains, id(loop), lambda: any(
+        runs_backward(model, c, accumulating_only=False) for c in model.calls_within(loop.order, loop.end)))
 
 
 _STORE_METHODS = frozenset({"append", "extend", "insert", "add", "push", "put", "store", "update", "appendleft"})
