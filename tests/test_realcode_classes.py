@@ -739,3 +739,65 @@ def test_generator_with_dropout_sampled_on_noise_still_fires():
     src = _DCGAN.replace("{sample_input}", "fixed_noise").replace("nn.BatchNorm2d(64), nn.ReLU()",
                                                                   "nn.BatchNorm2d(64), nn.Dropout(0.1), nn.ReLU()")
     assert [c for c, _ in codes(src)] == ["TGL201"]
+
+
+# -- PyPI class P (backpack nll_base.py:123): the pre-loop prefix comes from an abstract method -----
+_SAMPLED_GRADS = """
+    from torch import stack
+    from torch.autograd import grad
+
+    class NLLLossDerivatives:
+        def _make_distribution(self, subsampled_input):
+            raise NotImplementedError
+
+        def sampled_grads(self, subsampled_input, mc_samples):
+            subsampled_input.requires_grad = True
+            gradients = []
+            {before}
+            for _ in range(mc_samples):
+                {inside}
+                y_tilde = dist.sample()
+                loss_tilde = -dist.log_prob(y_tilde).sum()
+                gradients.append(grad(loss_tilde, subsampled_input, retain_graph=True)[0])
+            return stack(gradients)
+    """
+
+
+def test_distribution_from_an_abstract_method_before_the_loop_needs_retain_graph():
+    src = _SAMPLED_GRADS.replace("{before}", "dist = self._make_distribution(subsampled_input)")
+    assert codes(src.replace("{inside}", "pass")) == []
+
+
+def test_distribution_rebuilt_every_iteration_does_not_need_retain_graph():
+    src = _SAMPLED_GRADS.replace("{before}", "pass")
+    found = codes(src.replace("{inside}", "dist = self._make_distribution(subsampled_input)"))
+    assert [c for c, _ in found] == ["TGL102"]
+
+
+# -- PyPI class L (avalanche der.py:323, er_ace.py:137, er_aml.py:152): reset, then if/else accumulate --
+_STRATEGY = """
+    import torch.nn.functional as F
+
+    class DER(SupervisedTemplate):
+        def training_epoch(self, **kwargs):
+            for self.mbatch in self.dataloader:
+                self.optimizer.zero_grad()
+                {reset}
+                self.mb_output = self.forward()
+                if self.replay_loader is not None:
+                    self.loss += F.cross_entropy(self.mb_output[self.k:], self.mb_y[self.k:])
+                    self.loss += self.alpha * F.mse_loss(self.mb_output[: self.k], self.batch_logits)
+                else:
+                    self.loss += self.criterion()
+                self.backward()
+                self.optimizer_step()
+    """
+
+
+def test_attribute_accumulator_reset_each_iteration_then_accumulated_in_both_branches_is_silent():
+    assert codes(_STRATEGY.replace("{reset}", "self.loss = self._make_empty_loss()")) == []
+
+
+def test_attribute_accumulator_never_reset_still_fires():
+    found = codes(_STRATEGY.replace("{reset}", "pass"))
+    assert found and {c for c, _ in found} == {"TGL101"}

@@ -589,6 +589,8 @@ class _Evaluator:
         if len(callees) != 1:
             return None
         callee = callees[0]
+        if _abstract(m, callee):
+            return None  # ``raise NotImplementedError``: a subclass (maybe in another file) returns the value
         if self.call_depth >= _MAX_CALL_DEPTH or id(callee) in self.env or callee.contains(fact.order):
             return _UNKNOWN
         frame = self._bind_params(fact, callee, at, depth)
@@ -905,6 +907,19 @@ class _Evaluator:
                     s for p in parts if not p.detached for s in p.sources), inference=inference)
             return _unknown(inference)
         return self._op(at, parts, node)
+
+
+def _abstract(model: FileModel, fn: Scope) -> bool:
+    """Whether the same-file function ``fn`` returns nothing and raises
+    ``NotImplementedError`` (an abstract method: what it returns is defined
+    by subclasses, not by this body)."""
+    key = ("abstract", id(fn))
+    if key not in model.memo:
+        model.memo[key] = not any(r.value is not None for r in model.returns_of(fn)) and any(
+            isinstance(n, cst.Raise) and n.exc is not None
+            and dotted_name(n.exc.func if isinstance(n.exc, cst.Call) else n.exc) == "NotImplementedError"
+            for n in walk(fn.node))
+    return bool(model.memo[key])
 
 
 def forward_returns_inference(model: FileModel, node: cst.Call) -> bool:
