@@ -140,7 +140,7 @@ def test_a_new_rule_module_is_picked_up_everywhere_by_the_one_command(tmp_path):
         (root / "docs" / "rules" / "index.md").read_text()
     assert "| [TGL999](docs/rules/TGL999.md) | fake-advice |" in (root / "README.md").read_text()
     assert "      - TGL999 fake-advice: rules/TGL999.md\n      # END rule pages" in (root / "mkdocs.yml").read_text()
-    assert "('TGL999', 'fake-advice', False, (), False, False)," in \
+    assert "('TGL999', 'fake-advice', False, (), False, False, '')," in \
         (root / "src" / "torchgradlint" / "rule_index.py").read_text()
     for code in ("TGL001", "TGL101"):  # existing pages keep their measured evidence
         assert (root / "docs" / "rules" / f"{code}.md").read_text() == (ROOT / "docs" / "rules" / f"{code}.md").read_text()

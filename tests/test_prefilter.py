@@ -282,3 +282,87 @@ def test_definition_time_code_makes_grad_mode_known(source):
     # the analysis does see grad mode ENABLED here, and stage 2 keeps the file
     assert counterexamples(source) != []
     assert not lacks_grad_evidence(source)
+
+
+# -- rule-specific ast stage (Rule.ast_prefilter) -----------------------------------------------
+from torchgradlint.prefilter import may_build_layer_in_forward, may_hold_unregistered_attribute  # noqa: E402
+
+
+def _tree(src: str):
+    import ast
+    import textwrap
+
+    return ast.parse(textwrap.dedent(src))
+
+
+def test_unregistered_attribute_premise():
+    assert may_hold_unregistered_attribute(_tree("""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.heads = [nn.Linear(4, 4) for _ in range(3)]
+        """))
+    assert may_hold_unregistered_attribute(_tree("""
+        class Net(nn.Module):
+            def __init__(this, n):
+                layers = []
+                for _ in range(n):
+                    layers.append(nn.Linear(4, 4))
+                this.layers = layers
+        """))
+    assert may_hold_unregistered_attribute(_tree("""
+        class Net(nn.Module):
+            def __init__(self):
+                self.w = torch.randn(3, requires_grad=True)
+        """))
+    # plain attributes and registered containers: TGL006 cannot fire
+    assert not may_hold_unregistered_attribute(_tree("""
+        class Net(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.dim = dim
+                self.fc = nn.Linear(dim, dim)
+                self.blocks = nn.ModuleList(nn.Linear(dim, dim) for _ in range(2))
+        """))
+
+
+def test_layer_built_in_forward_premise():
+    assert may_build_layer_in_forward(_tree("""
+        class Net(nn.Module):
+            def forward(self, x):
+                return self.project(x)
+            def project(self, x):
+                return nn.Linear(x.shape[-1], 8)(x)
+        """))
+    assert may_build_layer_in_forward(_tree("""
+        from torch.nn import Linear as Dense
+        class Net(nn.Module):
+            def forward(self, x):
+                return Dense(4, 4)(x)
+        """))
+    # layers built only in __init__ or in helpers that only __init__ calls
+    assert not may_build_layer_in_forward(_tree("""
+        class ResNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer1 = self._make_layer(64)
+            def _make_layer(self, planes):
+                return nn.Sequential(nn.Conv2d(planes, planes, 3), nn.BatchNorm2d(planes))
+            def forward(self, x):
+                return self.layer1(x)
+        """))
+
+
+def test_ast_stage_keeps_every_file_a_rule_reports_on(tmp_path):
+    # the rule's own findings on its fixtures survive the ast stage
+    from pathlib import Path
+
+    from torchgradlint.prefilter import candidate_rules
+    from torchgradlint.registry import all_rules
+
+    rules = [r for r in all_rules() if r.ast_prefilter]
+    assert {r.code for r in rules} == {"TGL006", "TGL007"}
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    for rule in rules:
+        for bad in sorted((root / rule.code).glob("bad_*.py")):
+            assert rule in candidate_rules(bad.read_text(), [rule]), bad.name

@@ -208,7 +208,8 @@ class Plugin:
         specs = self._specs.get(self._codes)
         if specs is None:
             specs = self._specs[self._codes] = [
-                PrefilterSpec(r.code, r.prefilter, r.needs_backward, r.needs_grad_evidence) for r in rule_index()
+                PrefilterSpec(r.code, r.prefilter, r.needs_backward, r.needs_grad_evidence, r.ast_prefilter)
+                for r in rule_index()
                 if self._codes is None or r.code in self._codes]
         tree = self.tree if isinstance(self.tree, ast.Module) else None
         if candidate_rules(source, specs, tree):

@@ -101,6 +101,10 @@ class Rule:
             backward runs in the same function or where grad mode is known
             enabled inside a loop; such a rule lets :mod:`.prefilter` skip
             files that show neither (its second, ``ast`` stage).
+        ast_prefilter: the name of a predicate in
+            :data:`torchgradlint.prefilter.AST_PREFILTERS` over Python's
+            ``ast`` of the file, ``False`` only when the rule cannot fire
+            there (the prefilter's second stage); ``""`` for none.
     """
 
     code: ClassVar[str] = ""
@@ -113,6 +117,7 @@ class Rule:
     prefilter: ClassVar[tuple[tuple[str, ...], ...]] = ()
     needs_backward: ClassVar[bool] = False
     needs_grad_evidence: ClassVar[bool] = False
+    ast_prefilter: ClassVar[str] = ""
 
     def check(self, model: "FileModel") -> Iterator[Finding]:  # pragma: no cover - abstract
         """Yield findings for one file's analysis model."""
@@ -178,10 +183,10 @@ def discover_rules() -> list[type[Rule]]:
 
 def index_entries(rules: Iterable[type[Rule]]) -> tuple[tuple, ...]:
     """``(code, name, default_enabled, prefilter, needs_backward,
-    needs_grad_evidence)`` of each rule: the content of
+    needs_grad_evidence, ast_prefilter)`` of each rule: the content of
     :data:`torchgradlint.rule_index.RULES`."""
     return tuple((r.code, r.name, bool(r.default_enabled), tuple(tuple(g) for g in r.prefilter),
-                  bool(r.needs_backward), bool(r.needs_grad_evidence)) for r in rules)
+                  bool(r.needs_backward), bool(r.needs_grad_evidence), str(r.ast_prefilter)) for r in rules)
 
 
 _RULES: Optional[list[type[Rule]]] = None
@@ -234,6 +239,7 @@ class RuleInfo(NamedTuple):
     prefilter: tuple[tuple[str, ...], ...]
     needs_backward: bool
     needs_grad_evidence: bool
+    ast_prefilter: str = ""
 
 
 def rule_index() -> tuple[RuleInfo, ...]:

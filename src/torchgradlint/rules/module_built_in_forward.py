@@ -61,6 +61,7 @@ class ModuleBuiltInForward(Rule):
     # a parameterised layer's name always contains one of these words, however imported
     prefilter = (("forward",), ("Linear", "Bilinear", "Conv", "Norm", "Embedding", "RNN", "LSTM", "GRU", "Attention",
                                 "Transformer", "PReLU"))
+    ast_prefilter = "layer-built-in-forward"  # a layer-named call in forward or a method it calls
     docs = """
 ## What it does
 Checks for a `torch.nn` layer that owns parameters (Linear, Bilinear, Conv*,

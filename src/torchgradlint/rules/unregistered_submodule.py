@@ -63,6 +63,7 @@ class UnregisteredSubmodule(Rule):
     probe = "unoptimized-grads"
     summary = "layers in a plain list/dict, or a requires_grad tensor instead of nn.Parameter, on a torch nn.Module"
     prefilter = (("__init__",),)
+    ast_prefilter = "unregistered-attribute"  # an ``__init__`` storing a container or a requires_grad tensor
     docs = """
 ## What it does
 In `__init__` of a `torch.nn.Module` subclass, checks for attributes that hold
