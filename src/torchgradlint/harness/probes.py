@@ -710,10 +710,18 @@ class RetainedGraphProbe(Probe):
                 return None
             return slope(pts)
 
-        def grows(get: Callable[[dict], Optional[float]], bound: float) -> tuple[Optional[float], bool]:
+        def grows(get: Callable[[dict], Optional[float]], bound: float,
+                  high_water: bool = False) -> tuple[Optional[float], bool]:
+            # the slope, and the last value above the first; a high-water mark (never falls) must
+            # also rise over the last interval: one that rises during warm-up and then levels off
+            # (the first iterations' graphs freed later) is not growth
             s = fit(get)
             a, b = get(first), get(last)
-            return s, s is not None and s >= bound and a is not None and b is not None and b > a
+            ok = s is not None and s >= bound and a is not None and b is not None and b > a
+            if ok and high_water and len(xs) > 2:
+                before_last = get(samples[xs[-2]])
+                ok = before_last is not None and b > before_last
+            return s, ok
 
         node_key = "nodes" if all(samples[x].get("nodes") is not None for x in xs) else "holder_nodes"
         nodes, nodes_grow = grows(lambda s: s.get(node_key), cls.NODE_GROWTH)
@@ -722,7 +730,7 @@ class RetainedGraphProbe(Probe):
             if inrun_grow and not nodes_grow:
                 nodes, nodes_grow = inrun, True
         saved, saved_grow = grows(lambda s: s.get("saved_bytes"), cls.SAVED_GROWTH)
-        peak, peak_grow = grows(lambda s: s.get("peak_saved_bytes"), cls.PEAK_GROWTH)
+        peak, peak_grow = grows(lambda s: s.get("peak_saved_bytes"), cls.PEAK_GROWTH, high_water=True)
         wasted = fit(lambda s: s.get("wasted_retain_calls"))
         heap = fit(lambda s: s.get("heap_bytes"))
         cuda = fit(lambda s: s.get("cuda_allocated"))
