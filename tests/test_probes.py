@@ -221,3 +221,29 @@ def test_human_bytes():
     assert human_bytes(6553.6, signed=True) == "+6.4 KiB"
     assert human_bytes(-512) == "-512 B"
     assert human_bytes(3 * 1024 * 1024) == "3.0 MiB"
+
+
+def _samples(peaks, saved=None):
+    """Checkpoint samples at 2, 4, 8 (, 16) backward calls with the given peak (and live) saved bytes."""
+    xs = [2, 4, 8, 16][:len(peaks)]
+    return {x: {"holders": {}, "holder_nodes": 10, "saved_bytes": (saved or [1000] * len(peaks))[i],
+                "peak_saved_bytes": peaks[i], "wasted_retain_calls": 0, "reused_retain_calls": 0, "seconds": 0.1}
+            for i, x in enumerate(xs)}
+
+
+def test_peak_that_rises_in_warm_up_then_levels_is_not_growth():
+    # ok_two_losses_first_retains under `run`: the first iteration's peak is lower (no earlier graph alive)
+    m = RetainedGraphProbe.decide(_samples([79880, 114444, 114444]))
+    assert m.defect is False
+    assert m.findings == [] and m.details["peak_saved_bytes_per_step"] > RetainedGraphProbe.PEAK_GROWTH
+
+
+def test_peak_that_keeps_rising_is_growth():
+    m = RetainedGraphProbe.decide(_samples([80000, 120000, 200000]))
+    assert m.defect is True and [f["code"] for f in m.findings] == ["TGL101"]
+
+
+def test_live_saved_bytes_back_at_the_last_checkpoint_still_count_once_above_the_first():
+    # live (not high-water) saved bytes: an epoch-periodic list sampled at 8 and 16 reads equal there
+    m = RetainedGraphProbe.decide(_samples([50000] * 4, saved=[2000, 8000, 20000, 20000]))
+    assert m.defect is True

@@ -302,3 +302,19 @@ def test_checkpoint_without_gpu_reads_no_cuda_memory():
     session = Session(["retained-graph"])
     session.checkpoint([])
     assert "cuda_allocated" not in session.samples[0]
+
+
+def test_a_program_without_backward_is_sampled_at_its_top_level_forwards(tmp_path):
+    """An evaluation that keeps every output's graph (no backward at all) is measured per model call."""
+    from torchgradlint.harness.run import Session
+
+    script = tmp_path / "evaluate.py"
+    script.write_text("import torch\n\nmodel = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())\n"
+                      "outputs = []\nfor _ in range(8):\n    outputs.append(model(torch.randn(4, 8)))\n")
+    import runpy
+
+    with Session(["retained-graph"]) as session:
+        runpy.run_path(str(script), run_name="__main__")
+    assert session.backward_calls == 0 and sorted(session.forward_samples) == [2, 4, 8]
+    (m,) = session.measurements()
+    assert m.defect and [(f["code"], f["stack"][0][1]) for f in m.findings] == [("TGL101", 6)]
