@@ -140,16 +140,23 @@ def test_a_finding_without_a_line_goes_to_the_entry_line_and_says_so(tmp_path):
     assert no_entry.line == 3 and "no line attributed" in no_entry.message and "first statement" in no_entry.message
 
 
-def test_session_entry_is_the_programs_outermost_line_not_the_launcher(tmp_path):
+def session_on(tmp_path, source: str, probes: list):
+    """``(Session, script path)`` after running ``source`` as a script under ``probes`` in-process."""
+    import runpy
+
     from torchgradlint.harness.run import Session
 
     script = tmp_path / "prog.py"
-    script.write_text("import torch\n\ndef train():\n    torch.nn.Linear(2, 1)(torch.randn(3, 2)).sum().backward()\n"
-                      "\ntrain()\n")
-    import runpy
-
-    with Session(["grad-mode"]) as session:
+    script.write_text(source)
+    with Session(probes) as session:
         runpy.run_path(str(script), run_name="__main__")
+    return session, script
+
+
+def test_session_entry_is_the_programs_outermost_line_not_the_launcher(tmp_path):
+    session, script = session_on(tmp_path, "import torch\n\ndef train():\n"
+                                 "    torch.nn.Linear(2, 1)(torch.randn(3, 2)).sum().backward()\n\ntrain()\n",
+                                 ["grad-mode"])
     assert session.entry == (str(script), 6)
 
 
@@ -306,15 +313,9 @@ def test_checkpoint_without_gpu_reads_no_cuda_memory():
 
 def test_a_program_without_backward_is_sampled_at_its_top_level_forwards(tmp_path):
     """An evaluation that keeps every output's graph (no backward at all) is measured per model call."""
-    from torchgradlint.harness.run import Session
-
-    script = tmp_path / "evaluate.py"
-    script.write_text("import torch\n\nmodel = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())\n"
-                      "outputs = []\nfor _ in range(8):\n    outputs.append(model(torch.randn(4, 8)))\n")
-    import runpy
-
-    with Session(["retained-graph"]) as session:
-        runpy.run_path(str(script), run_name="__main__")
+    session, _ = session_on(tmp_path, "import torch\n\nmodel = torch.nn.Sequential(torch.nn.Linear(8, 8), "
+                            "torch.nn.ReLU())\noutputs = []\nfor _ in range(8):\n"
+                            "    outputs.append(model(torch.randn(4, 8)))\n", ["retained-graph"])
     assert session.backward_calls == 0 and sorted(session.forward_samples) == [2, 4, 8]
     (m,) = session.measurements()
     assert m.defect and [(f["code"], f["stack"][0][1]) for f in m.findings] == [("TGL101", 6)]

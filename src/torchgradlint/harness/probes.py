@@ -28,7 +28,8 @@ retained-graph     TGL101,      TGL102: >= 0.5 graphs/step kept by retain_graph=
                                 graph growth through graphs backpropagated again
                                 (carried state); TGL101: graph nodes grow >= 0.1 node/step
                                 or saved tensors grow >= 256 B/step (least-squares slope
-                                over N, 2N, 4N steps, growing from N to 4N)
+                                over N, 2N, 4N steps, growing from N to 4N; the peak,
+                                a high-water mark, still rising over the last interval)
 module-mode        TGL201       >= 1 dropout (p > 0, functional, module, attention or
                                 SDPA dropout_p) or batch-norm call in training mode while
                                 grad mode is off, outside update_bn and outside a model
@@ -488,12 +489,14 @@ class RetainedGraphProbe(Probe):
       forward), the bytes of its saved tensors still alive, and whether a later backward
       unpacks them again (reused).
     * checkpoints (the end of a fixture's ``main``; in ``run`` every backward call whose
-      count is 4, 8, 16, ...): graph nodes reachable from each variable of the user's
-      frames (:func:`.holders.graph_holders`), live saved bytes and, in the harness,
-      every live graph node (:func:`count_live_graph_nodes`) and CUDA memory.
+      count is 2, 4, 8, ..., or, in a program without backward, every such top-level model
+      call): graph nodes reachable from each variable of the user's frames
+      (:func:`.holders.graph_holders`), live saved bytes and, in the harness, every live graph node (:func:`count_live_graph_nodes`) and CUDA memory.
 
     Decision over checkpoints at N, 2N, 4N steps (least-squares slope, and the value at
-    4N above the value at N):
+    4N above the value at N; the peak saved bytes, a high-water mark that never falls, must
+    also rise from 2N to 4N: a peak that rises in the first iterations and then levels off
+    is not growth):
     TGL102 when >= 0.5 retained graphs/step are alive at the next forward and never
     reused, or when graphs grow (below) while retained graphs are backpropagated
     again (state carried across iterations), attributed to the retaining call;
