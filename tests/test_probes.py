@@ -247,3 +247,20 @@ def test_live_saved_bytes_back_at_the_last_checkpoint_still_count_once_above_the
     # live (not high-water) saved bytes: an epoch-periodic list sampled at 8 and 16 reads equal there
     m = RetainedGraphProbe.decide(_samples([50000] * 4, saved=[2000, 8000, 20000, 20000]))
     assert m.defect is True
+
+
+def test_grad_mode_stepped_parameters_that_never_get_a_gradient():
+    # a module whose forward is decorated @torch.no_grad() after it was unfrozen
+    m = run_fixture("TGL002/bad_unfreezable_tower_no_grad_forward", GradModeProbe.name)
+    assert m["defect"] is True
+    assert "never got a gradient" in m["display"]
+    lines = [line for _, line in m["findings"][0]["stack"]]
+    assert 20 in lines  # the @torch.no_grad() decorator of VisionTower.forward
+
+
+@pytest.mark.parametrize("program", ["gradmode_ok_no_grad_generator_gan", "gradmode_ok_target_network"])
+def test_grad_mode_no_grad_forwards_of_modules_trained_elsewhere_or_not_stepped(program):
+    # a generator run under no_grad for the discriminator step, trained in its own step; a target
+    # network whose parameters no optimizer steps
+    m = run(program, GradModeProbe.name)
+    assert m["defect"] is False, m["display"]

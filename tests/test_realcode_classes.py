@@ -676,3 +676,128 @@ def test_step_given_a_loss_tensor_is_a_wrapper_that_resets_itself():
                 self.alpha_optim.step()
                 self.critic_optim.step(loss + aux)
         """) == []
+
+
+# -- corpora run 7: a generator sampled on fixed noise in its own training loop (DCGAN tutorial) ----
+_DCGAN = """
+    import torch
+    from torch import nn
+
+    generator = nn.Sequential(nn.ConvTranspose2d(100, 64, 4), nn.BatchNorm2d(64), nn.ReLU(),
+                              nn.ConvTranspose2d(64, 3, 4), nn.Tanh())
+    discriminator = nn.Sequential(nn.Conv2d(3, 64, 4), nn.LeakyReLU(0.2), nn.Flatten(), nn.LazyLinear(1))
+    optimizer_g = torch.optim.Adam(generator.parameters(), lr=2e-4)
+    optimizer_d = torch.optim.Adam(discriminator.parameters(), lr=2e-4)
+    criterion = nn.BCEWithLogitsLoss()
+    fixed_noise = torch.randn(64, 100, 1, 1)
+    for i, (real, _) in enumerate(dataloader):
+        noise = torch.randn(real.size(0), 100, 1, 1)
+        fake = generator(noise)
+        optimizer_d.zero_grad()
+        out = discriminator(fake.detach())
+        criterion(out, torch.zeros_like(out)).backward()
+        optimizer_d.step()
+        optimizer_g.zero_grad()
+        out = discriminator(fake)
+        criterion(out, torch.ones_like(out)).backward()
+        optimizer_g.step()
+        if i % 500 == 0:
+            with torch.no_grad():
+                samples = generator({sample_input}).detach().cpu()
+            save_image(samples, f"fake-{i}.png")
+    """
+
+
+def test_generator_sampled_on_fixed_noise_in_its_training_loop_is_silent():
+    # pytorch-lightning examples/fabric/dcgan/train_torch.py:195, the PyTorch DCGAN tutorial's shape:
+    # noise batches have the statistics of the training batches; this is no evaluation on held-out data
+    assert codes(_DCGAN.replace("{sample_input}", "fixed_noise")) == []
+    assert codes(_DCGAN.replace("{sample_input}", "torch.randn(16, 100, 1, 1)")) == []
+
+
+def test_generator_run_on_a_data_batch_under_no_grad_still_fires():
+    # the near miss: the module under no_grad gets data (an evaluation), not noise
+    found = codes(_DCGAN.replace("{sample_input}", "real"))
+    assert [c for c, _ in found] == ["TGL201"]
+
+
+def test_pretrained_generator_sampled_on_noise_outside_training_still_fires():
+    # not trained in this loop: a generator loaded and sampled in training mode
+    assert [c for c, _ in codes("""
+        import torch
+        from torch import nn
+        generator = nn.Sequential(nn.Linear(100, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 8))
+        generator.load_state_dict(torch.load("g.pt"))
+        generator.train()
+        with torch.no_grad():
+            samples = generator(torch.randn(64, 100))
+        """)] == ["TGL201"]
+
+
+def test_generator_with_dropout_sampled_on_noise_still_fires():
+    # dropout (a diffusion UNet's, pix2pix's) makes every sample worse in training mode
+    src = _DCGAN.replace("{sample_input}", "fixed_noise").replace("nn.BatchNorm2d(64), nn.ReLU()",
+                                                                  "nn.BatchNorm2d(64), nn.Dropout(0.1), nn.ReLU()")
+    assert [c for c, _ in codes(src)] == ["TGL201"]
+
+
+# -- PyPI class P (backpack nll_base.py:123): the pre-loop prefix comes from an abstract method -----
+_SAMPLED_GRADS = """
+    from torch import stack
+    from torch.autograd import grad
+
+    class NLLLossDerivatives:
+        def _make_distribution(self, subsampled_input):
+            raise NotImplementedError
+
+        def sampled_grads(self, subsampled_input, mc_samples):
+            subsampled_input.requires_grad = True
+            gradients = []
+            {before}
+            for _ in range(mc_samples):
+                {inside}
+                y_tilde = dist.sample()
+                loss_tilde = -dist.log_prob(y_tilde).sum()
+                gradients.append(grad(loss_tilde, subsampled_input, retain_graph=True)[0])
+            return stack(gradients)
+    """
+
+
+def test_distribution_from_an_abstract_method_before_the_loop_needs_retain_graph():
+    src = _SAMPLED_GRADS.replace("{before}", "dist = self._make_distribution(subsampled_input)")
+    assert codes(src.replace("{inside}", "pass")) == []
+
+
+def test_distribution_rebuilt_every_iteration_does_not_need_retain_graph():
+    src = _SAMPLED_GRADS.replace("{before}", "pass")
+    found = codes(src.replace("{inside}", "dist = self._make_distribution(subsampled_input)"))
+    assert [c for c, _ in found] == ["TGL102"]
+
+
+# -- PyPI class L (avalanche der.py:323, er_ace.py:137, er_aml.py:152): reset, then if/else accumulate --
+_STRATEGY = """
+    import torch.nn.functional as F
+
+    class DER(SupervisedTemplate):
+        def training_epoch(self, **kwargs):
+            for self.mbatch in self.dataloader:
+                self.optimizer.zero_grad()
+                {reset}
+                self.mb_output = self.forward()
+                if self.replay_loader is not None:
+                    self.loss += F.cross_entropy(self.mb_output[self.k:], self.mb_y[self.k:])
+                    self.loss += self.alpha * F.mse_loss(self.mb_output[: self.k], self.batch_logits)
+                else:
+                    self.loss += self.criterion()
+                self.backward()
+                self.optimizer_step()
+    """
+
+
+def test_attribute_accumulator_reset_each_iteration_then_accumulated_in_both_branches_is_silent():
+    assert codes(_STRATEGY.replace("{reset}", "self.loss = self._make_empty_loss()")) == []
+
+
+def test_attribute_accumulator_never_reset_still_fires():
+    found = codes(_STRATEGY.replace("{reset}", "pass"))
+    assert found and {c for c, _ in found} == {"TGL101"}

@@ -612,13 +612,15 @@ def call_params(call: "Call", callee: Scope) -> list[str]:
     """The parameters of ``callee`` that ``call``'s positional arguments
     fill, in order: without the bound ``self``/``cls`` when a method is
     called through an object (``self.step(x)``, ``obj.step(x)``), with every
-    parameter for a ``@staticmethod``."""
+    parameter for a ``@staticmethod``; a class call ``Trainer(m)`` fills
+    ``Trainer.__init__`` after ``self``."""
     params = list(callee.params)
     node = callee.node
     static = isinstance(node, cst.FunctionDef) and any(
         isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in node.decorators)
     if callee.class_name is not None and not static and params and params[0] in ("self", "cls") \
-            and call.func_text and "." in call.func_text:
+            and call.func_text and ("." in call.func_text
+                                    or (callee.name == "__init__" and call.func_text == callee.class_name)):
         params = params[1:]
     return params
 

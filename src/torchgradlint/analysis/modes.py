@@ -109,6 +109,7 @@ class _Cache:
     sensitive: dict = field(default_factory=dict)
     forwards: dict = field(default_factory=dict)
     instances: dict = field(default_factory=dict)
+    attributes: dict = field(default_factory=dict)
 
 
 def _cache(model: FileModel) -> _Cache:
@@ -185,28 +186,138 @@ def module_names(model: FileModel) -> frozenset[str]:
     return c.modules
 
 
-def instance_class(model: FileModel, text: str) -> Optional[str]:
+def instance_class(model: FileModel, text: str, at: Optional[object] = None) -> Optional[str]:
     """The same-file module class that every constructor binding of the
     dotted name ``text`` instantiates (``self.head = Head(...)`` -> ``Head``),
-    or ``None``. Memoised per file (the provenance asks it for every module call)."""
+    or ``None``. With ``at`` (the fact where ``text`` is used), ``self.x``
+    means the attribute of the class ``at`` runs in, and a binding from a
+    constructor parameter (``self.model = model``) takes the class that
+    parameter holds (:func:`parameter_class`). Memoised per file (the
+    provenance asks it for every module call)."""
+    owner = None
+    if at is not None and text.startswith("self."):
+        fn = model.enclosing_function(at.scope)  # type: ignore[attr-defined]
+        owner = fn.class_name if fn is not None else None
     memo = _cache(model).instances
-    if text not in memo:
-        memo[text] = _instance_class(model, text)
-    return memo[text]
+    key = (owner, text)
+    if key not in memo:
+        memo[key] = None  # a binding that reaches itself resolves to nothing
+        memo[key] = _instance_class(model, text, owner)
+    return memo[key]
 
 
-def _instance_class(model: FileModel, text: str) -> Optional[str]:
+def _instance_class(model: FileModel, text: str, owner: Optional[str]) -> Optional[str]:
     found: set[str] = set()
     for a in model.assigns:
         if a.kind not in ("assign", "annassign") or a.unpacked or not a.binds(text):
             continue
+        fn = model.enclosing_function(a.scope)
+        if owner is not None and (fn is None or fn.class_name != owner):
+            continue  # ``self.model`` of another class
         value = unwrap(a.value)
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) \
                 and value.func.value in module_classes(model):
             found.add(value.func.value)
+        elif isinstance(value, cst.Name) and fn is not None and value.value in fn.params \
+                and (cls := parameter_class(model, fn, value.value, text if owner else None)) is not None:
+            found.add(cls)
         else:
             return None
     return found.pop() if len(found) == 1 else None
+
+
+# nn.Module's own API: attributes every module has, no evidence of its class.
+_MODULE_API = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
+    "named_modules", "train", "eval", "training", "forward", "to", "cuda", "cpu", "half", "float", "double",
+    "bfloat16", "type", "apply", "zero_grad", "requires_grad_", "state_dict", "load_state_dict", "register_buffer",
+    "register_parameter", "register_module", "add_module", "get_submodule", "get_parameter", "get_buffer",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "share_memory",
+    "extra_repr", "module", "device", "dtype", "config",
+})
+
+
+def parameter_class(model: FileModel, fn: Scope, param: str, attr_text: Optional[str] = None) -> Optional[str]:
+    """The same-file module class the parameter ``param`` of the function
+    ``fn`` holds, or ``None``: its annotation (``model: GaussianDiffusion``);
+    else the class every same-file call of ``fn`` (or of its class, for
+    ``__init__``) passes for it; else *duck typing*: the one same-file module
+    class that defines every attribute the file reads on the parameter (in
+    ``fn``) or on ``attr_text`` (``self.model``, in ``fn``'s class), when at
+    least two of them are not ``nn.Module``'s own API. ``Trainer(diffusion_model)``
+    reading ``diffusion_model.channels``, ``.is_ddim_sampling`` and
+    ``.image_size`` -> ``GaussianDiffusion``."""
+    node = fn.node
+    if isinstance(node, cst.FunctionDef):
+        for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+            if p.name.value == param and p.annotation is not None:
+                ann = dotted_name(p.annotation.annotation)
+                return ann if ann in module_classes(model) else None
+    init = fn.class_name is not None and fn.name == "__init__"
+    passed: set[Optional[str]] = set()
+    for c in model.calls:
+        if init and c.func_text == fn.class_name:  # ``Trainer(model)``
+            arg = argument_for(c, fn, param)
+        elif not init and c.func_text and c.func_text.rsplit(".", 1)[-1] == fn.name \
+                and fn in model.resolve_callee(c):
+            arg = argument_for(c, fn, param)
+        else:
+            continue
+        arg = unwrap(arg)
+        passed.add(arg.func.value if isinstance(arg, cst.Call) and isinstance(arg.func, cst.Name)
+                   and arg.func.value in module_classes(model) else None)
+    if passed:
+        return passed.pop() if len(passed) == 1 else None
+    return _duck_class(model, fn, param, attr_text)
+
+
+def _duck_class(model: FileModel, fn: Scope, param: str, attr_text: Optional[str]) -> Optional[str]:
+    from .tree import walk
+
+    reads = {n.attr.value for n in walk(fn.node)
+             if isinstance(n, cst.Attribute) and dotted_name(n.value) == param}
+    if attr_text is not None and fn.class_name in model.classes:
+        reads |= {n.attr.value for n in walk(model.classes[fn.class_name].node)
+                  if isinstance(n, cst.Attribute) and dotted_name(n.value) == attr_text}
+    distinctive = reads - _MODULE_API
+    if len(distinctive) < 2:
+        return None
+    matches = [c for c in sorted(module_classes(model)) if distinctive <= class_attributes(model, c)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def class_attributes(model: FileModel, name: str) -> frozenset[str]:
+    """Attributes instances of the same-file class ``name`` define: its
+    methods, class-level names, ``self.x`` assigned in its methods, and the
+    same of its same-file bases."""
+    from .tree import walk
+
+    memo = _cache(model).attributes
+    if name in memo:
+        return memo[name]
+    memo[name] = frozenset()
+    info = model.classes[name]
+    found: set[str] = set(info.methods)
+    for stmt in info.node.body.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                targets = small.targets if isinstance(small, cst.Assign) else [small]
+                found |= {t.target.value for t in targets if isinstance(t.target, cst.Name)}
+    for n in walk(info.node):
+        targets = ()
+        if isinstance(n, cst.Assign):
+            targets = tuple(t.target for t in n.targets)
+        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+            targets = (n.target,)
+        for t in targets:
+            for el in ([e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else (t,)):
+                if isinstance(el, cst.Attribute) and isinstance(el.value, cst.Name) and el.value.value == "self":
+                    found.add(el.attr.value)
+    for b in info.bases:
+        if b.split(".")[-1] in model.classes and b.split(".")[-1] != name:
+            found |= class_attributes(model, b.split(".")[-1])
+    memo[name] = frozenset(found)
+    return memo[name]
 
 
 def is_module(model: FileModel, text: Optional[str]) -> bool:
@@ -352,6 +463,52 @@ def _bindings_sensitive(model: FileModel, text: str, bindings: list) -> Optional
         if _expr_sensitive(model, value):
             return True
     return False if seen_ctor else None
+
+
+# Layers whose output is random, or depends on the mode otherwise than batch norm's statistics.
+_DROPOUT_SOURCE = re.compile(r"Dropout|\bdropout|Transformer|MultiheadAttention|RReLU|\.training\b|"
+                             r"scaled_dot_product_attention")
+
+
+def dropout_free_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether every construction of the module ``text`` that may reach
+    ``call`` is visible in the file and holds no dropout (nor attention,
+    RReLU, or a ``self.training`` branch): batch norm is its only
+    mode-dependent layer. ``False`` when a construction is not visible (a
+    parameter, an imported factory, a layer imported from another package)."""
+    here = _built_values(model, text, model.reaching_bindings(text, call))
+    ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
+    return bool(ctors) and all(
+        isinstance(v, cst.Call) and _code_dropout_free(model, model.module.code_for_node(v), set()) for v in ctors)
+
+
+def _built_values(model: FileModel, text: str, bindings: list) -> list:
+    """The values of ``bindings`` that build a new object for ``text``
+    (not ``model = model.to(device)``, a wrapper of itself, an unpacking)."""
+    out = []
+    for a in bindings:
+        if a.kind not in ("assign", "annassign") or a.unpacked:
+            continue
+        value = unwrap(a.value)
+        if isinstance(value, (cst.Name, cst.Attribute)) or _rewraps_itself(value, text) \
+                or (isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH):
+            continue  # the same module, wrapped or moved
+        out.append(value)
+    return out
+
+
+def _code_dropout_free(model: FileModel, code: str, seen: set[str]) -> bool:
+    if _DROPOUT_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
+        return False
+    for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
+        if word in model.classes and word not in seen:
+            seen.add(word)
+            if not _code_dropout_free(model, model.module.code_for_node(model.classes[word].node), seen):
+                return False
+        target = model.names.aliases.get(word)
+        if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
+            return False  # a layer or factory from another package: not visible
+    return True
 
 
 # -- mode events -----------------------------------------------------------------

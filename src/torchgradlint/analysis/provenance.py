@@ -468,6 +468,7 @@ class _Evaluator:
         self.env: dict[int, dict[str, Provenance]] = {}
         self.literals: dict[int, dict[str, Optional[bool]]] = {}
         self.call_depth = 0
+        self.sites: dict[int, _Located] = {}  # callee scope id -> the call site being evaluated
         self.names: dict = {}
         self.cuts = 0
 
@@ -580,11 +581,14 @@ class _Evaluator:
         if len(callees) != 1:
             return None
         callee = callees[0]
+        if _abstract(m, callee):
+            return None  # ``raise NotImplementedError``: a subclass (maybe in another file) returns the value
         if self.call_depth >= _MAX_CALL_DEPTH or id(callee) in self.env or callee.contains(fact.order):
             return _UNKNOWN
         frame = self._bind_params(fact, callee, at, depth)
         self.env[id(callee)] = frame
         self.literals[id(callee)] = _literal_args(fact, callee)
+        self.sites[id(callee)] = at
         self.call_depth += 1
         try:
             parts = []
@@ -608,6 +612,24 @@ class _Evaluator:
             self.call_depth -= 1
             del self.env[id(callee)]
             del self.literals[id(callee)]
+            del self.sites[id(callee)]
+
+    def region(self, at: _Located) -> Optional[Region]:
+        """The region that disables grad where ``at`` runs, for the call
+        being evaluated: inside a same-file callee reached from a call site,
+        the call site's region (a helper called under ``no_grad`` here and
+        under ``@inference_mode`` elsewhere makes no inference tensor here)."""
+        if self.m.grad_mode(at) is not GradMode.DISABLED:
+            return None
+        if at.region is not None and at.region.mode is GradMode.DISABLED:
+            return at.region
+        fn = self.m.enclosing_function(at.scope)
+        if fn is not None and fn.decorator_region is not None and fn.decorator_region.mode is GradMode.DISABLED:
+            return fn.decorator_region
+        site = self.sites.get(id(fn)) if fn is not None else None
+        if site is not None:
+            return self.region(site)
+        return _no_grad_region(self.m, at)
 
     def mode(self, at: _Located) -> GradMode:
         """Grad mode where ``at`` runs, for the call being evaluated: a
@@ -650,7 +672,7 @@ class _Evaluator:
         text = dotted_name(node.func)
         if not text:
             return None
-        cls = modes.instance_class(m, text)
+        cls = modes.instance_class(m, text, call_fact(m, node))
         if cls is None:
             return None
         fwd = m.classes[cls].methods.get("forward")
@@ -668,6 +690,20 @@ class _Evaluator:
         inference = any(r.api == torch_api.INFERENCE_MODE for r in regions)
         return Provenance(State.DETACHED, tuple(regions), inference=inference)
 
+    def forward_returns_inference(self, fwd: Scope) -> bool:
+        """Whether some value ``fwd`` (a same-file ``forward``) returns
+        derives from a tensor created under ``torch.inference_mode()`` inside
+        it or in what it calls, whatever its arguments are."""
+        self.env[id(fwd)] = {}
+        self.literals[id(fwd)] = {}
+        self.call_depth += 1
+        try:
+            return any(self.expr(r.value, r, 1).inference for r in self.m.returns_of(fwd) if r.value is not None)
+        finally:
+            self.call_depth -= 1
+            del self.env[id(fwd)]
+            del self.literals[id(fwd)]
+
     # -- expressions ----------------------------------------------------------------------
     def _op(self, at: _Located, parts: list[Provenance], node: Optional[cst.CSTNode] = None) -> Provenance:
         """A new tensor computed from ``parts`` by ``node`` where ``at`` runs."""
@@ -675,7 +711,7 @@ class _Evaluator:
         mode = self.mode(at)
         inference = any(p.inference for p in parts)
         if mode is GradMode.DISABLED:
-            region = _no_grad_region(m, at)
+            region = self.region(at)
             made_in_inference = region is not None and region.api == torch_api.INFERENCE_MODE
             return Provenance(State.DETACHED, (region,) if region else (), inference=inference or made_in_inference)
         if mode is GradMode.ENABLED or any(p.attached and p.sources and not p.weak for p in parts):
@@ -792,7 +828,7 @@ class _Evaluator:
             return self._op(at, parts if mode is GradMode.DISABLED else [_unknown(inference)], node)
         if is_module_call(m, node):
             parts = self._taint(node, at, depth)
-            inference = any(p.inference for p in parts)
+            inference = any(p.inference for p in parts) or forward_returns_inference(m, node)
             cut = self.module_forward(node, at, depth)
             if cut is not None:
                 return cut
@@ -845,7 +881,7 @@ class _Evaluator:
         return _unknown(inference)
 
     def _in_inference(self, at: _Located) -> bool:
-        region = _no_grad_region(self.m, at)
+        region = self.region(at)
         return region is not None and region.api == torch_api.INFERENCE_MODE
 
     def _torch_function(self, qn: str, node: cst.Call, at: _Located, depth: int) -> Provenance:
@@ -863,6 +899,39 @@ class _Evaluator:
                     s for p in parts if not p.detached for s in p.sources), inference=inference)
             return _unknown(inference)
         return self._op(at, parts, node)
+
+
+def _abstract(model: FileModel, fn: Scope) -> bool:
+    """Whether the same-file function ``fn`` returns nothing and raises
+    ``NotImplementedError`` (an abstract method: what it returns is defined
+    by subclasses, not by this body)."""
+    key = ("abstract", id(fn))
+    if key not in model.memo:
+        model.memo[key] = not any(r.value is not None for r in model.returns_of(fn)) and any(
+            isinstance(n, cst.Raise) and n.exc is not None
+            and dotted_name(n.exc.func if isinstance(n.exc, cst.Call) else n.exc) == "NotImplementedError"
+            for n in walk(fn.node))
+    return bool(model.memo[key])
+
+
+def forward_returns_inference(model: FileModel, node: cst.Call) -> bool:
+    """Whether ``node`` calls an instance of a same-file module class whose
+    ``forward`` returns a value derived from a tensor it (or a helper it
+    calls) created under ``torch.inference_mode()``: the output then carries
+    an inference tensor into the caller's graph (``x_self_cond`` computed
+    under inference mode and fed to the network inside a diffusion model's
+    ``forward``). Memoised per class; a recursive ``forward`` counts as not."""
+    text = dotted_name(node.func)
+    cls = modes.instance_class(model, text, call_fact(model, node)) if text else None
+    fwd = model.classes[cls].methods.get("forward") if cls is not None else None
+    if fwd is None:
+        return False
+    memo = _cache(model).memo
+    key = ("forward-inference", id(fwd))
+    if key not in memo:
+        memo[key] = False  # a forward reaching itself adds nothing
+        memo[key] = _Evaluator(model).forward_returns_inference(fwd)
+    return memo[key]
 
 
 def provenance(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located) -> Provenance:

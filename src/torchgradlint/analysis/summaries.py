@@ -9,7 +9,9 @@
   whatever grad mode the module's callers chose (evaluation runs them under
   ``no_grad``);
 - :func:`parameter_attributes`: ``self.<name>`` attributes bound to
-  ``nn.Parameter(...)`` in a class.
+  ``nn.Parameter(...)`` in a class;
+- :func:`trainable_evidence`: a module class that offers to make its own
+  parameters trainable (an ``unfreeze`` option, ``requires_grad_(True)``).
 
 Return-value provenance of same-file functions (parameters bound to the
 caller's arguments, tuples element-wise) lives in :mod:`.provenance`, and
@@ -22,6 +24,7 @@ or as a function"), ``torch.is_grad_enabled``, ``torch.nn.Module.forward``.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import libcst as cst
@@ -56,10 +59,12 @@ def leaves_grad_disabled(model: FileModel, scope: Scope) -> Optional[Region]:
             found = None  # switched back (or to an unknown flag) later in the body
     for call in model.calls_within(scope.order, scope.end):
         if call.method == "__enter__" and isinstance(call.receiver, cst.Call) and call.scope is scope \
-                and model.qualname(call.receiver.func) in ("torch.no_grad", "torch.inference_mode"):
+                and model.qualname(call.receiver.func) == "torch.no_grad":
+            # (``torch.inference_mode().__enter__()`` holds its guard in the temporary object,
+            # released at the end of the statement: it leaves nothing disabled; see TGL005)
             if not any(c.method == "__exit__" and c.scope is scope for c in model.calls_within(scope.order, scope.end)):
                 found = found or Region(call.node, GradMode.DISABLED, "statement",
-                                        model.qualname(call.receiver.func) or "torch.no_grad", call.order)
+                                        "torch.no_grad", call.order)
     model.memo[key] = found
     return found
 
@@ -130,3 +135,41 @@ def attribute_reads(model: FileModel, scope: Scope, text: str) -> list[cst.CSTNo
     from .tree import walk
 
     return [n for n in walk(scope.node) if isinstance(n, cst.Attribute) and dotted_name(n) == text]
+
+
+_UNFREEZE = re.compile(r"un_?freez", re.IGNORECASE)
+
+
+def trainable_evidence(model: FileModel, class_name: str) -> Optional[cst.CSTNode]:
+    """A node in the same-file class ``class_name``, outside its ``forward``,
+    showing that the class is meant to be trainable on demand, or ``None``:
+    a name, attribute or string naming an *unfreeze* option
+    (``getattr(args, 'unfreeze_mm_vision_tower', False)``, ``self.unfreeze``),
+    ``requires_grad_()``/``requires_grad_(True)`` or ``.requires_grad = True``.
+    (A ``requires_grad_(False)`` freeze is no evidence.)"""
+    from .tree import iter_children
+
+    info = model.classes.get(class_name)
+    if info is None:
+        return None
+    forward = info.methods.get("forward")
+    skip = forward.node if forward is not None else None
+    stack: list[cst.CSTNode] = [info.node]
+    while stack:
+        node = stack.pop()
+        if node is skip:
+            continue
+        if isinstance(node, cst.Name) and _UNFREEZE.search(node.value):
+            return node
+        if isinstance(node, cst.SimpleString) and _UNFREEZE.search(node.value):
+            return node
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "requires_grad_" \
+                and (not node.args or (isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "True")):
+            return node
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == "True" \
+                and any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                        for t in node.targets):
+            return node
+        stack.extend(reversed(list(iter_children(node))))
+    return None

@@ -42,6 +42,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import os
 import re
 import sys
 import time
@@ -242,6 +243,20 @@ def _reaches_parameter(roots: Sequence[Any]) -> bool:
     return False
 
 
+def _decorated_stack() -> list:
+    """The user's frames of the current call (innermost first), each frame that a
+    ``@torch.no_grad()``/``@torch.inference_mode()`` decorator runs preceded by the
+    decorator's line (``co_firstlineno`` of a decorated function)."""
+    out: list = []
+    for f in instrument.user_frames(6, sys._getframe(1)):
+        name = f.f_code.co_filename
+        path = name if name.startswith("<") else os.path.abspath(name)
+        out.append([path, f.f_lineno])
+        if f.f_back is not None and f.f_back.f_code.co_name == "decorate_context":
+            out.append([path, f.f_code.co_firstlineno])
+    return out
+
+
 class GradModeProbe(Probe):
     """Grad-mode failures of backward / ``torch.autograd.grad``, attributed to the call.
 
@@ -256,7 +271,11 @@ class GradModeProbe(Probe):
        ``requires_grad_()`` on a result computed under no_grad) after a module with
        trainable parameters ran while grad mode was off;
     3. a ``torch.autograd.grad(..., create_graph=True)`` result that carries no graph or
-       that no later backward ever propagates through (a penalty computed under no_grad).
+       that no later backward ever propagates through (a penalty computed under no_grad);
+    4. parameters that require grad and that an optimizer steps, of a module that ran with
+       grad mode off, never get a gradient in the whole run (a module whose ``forward`` is
+       decorated ``@torch.no_grad()`` after it was unfrozen). Attributed to the module call
+       and, when a ``@no_grad``/``@inference_mode`` decorator disabled grad, to that decorator.
 
     Figure: grad-mode failures (count) in the run at N. Threshold: defect when >= 1.
     """
@@ -276,17 +295,38 @@ class GradModeProbe(Probe):
         self._nograd_forward: Optional[list] = None
         self._roots: tuple = ()
         self._graph_used: list[list] = []  # [used, stack]
+        self._nograd_params: dict[int, list] = {}  # id(parameter) -> stack of its first grad-off forward
+        self._stepped: set[int] = set()  # parameters an optimizer stepped
+        self._got_grad: set[int] = set()  # ... that had a gradient at some step
 
     def _install(self, stack: ExitStack) -> None:
         from torch.nn.modules.module import register_module_forward_pre_hook
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         stack.callback(register_module_forward_pre_hook(self._pre_forward).remove)
+        stack.callback(register_optimizer_step_pre_hook(self._pre_step).remove)
 
     def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
-        if self._nograd_forward is None and not torch.is_grad_enabled():
-            if any(p.requires_grad for p in module.parameters()):
+        if not torch.is_grad_enabled():
+            trainable = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            if self._nograd_forward is None and (trainable or any(p.requires_grad for p in module.parameters())):
                 self._nograd_forward = [list(s) for s in instrument.user_stack(3)]
+            fresh = [p for p in trainable if id(p) not in self._nograd_params]
+            if fresh:
+                where = _decorated_stack()
+                for p in fresh:
+                    self._nograd_params[id(p)] = where
         return None
+
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self._nograd_params:
+            return
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._stepped.add(id(p))
+                    if p.grad is not None:
+                        self._got_grad.add(id(p))
 
     def _event(self, kind: str, text: str) -> None:
         self.events.append({"kind": kind, "text": text, "stack": [list(s) for s in instrument.user_stack()],
@@ -349,6 +389,14 @@ class GradModeProbe(Probe):
     def sample(self) -> dict:
         """``events`` (kind, text, stack, cause), autograd ``calls``, errors not claimed."""
         events = list(self.events)
+        untrained: dict[str, list] = {}
+        for pid, stack in self._nograd_params.items():
+            if pid in self._stepped and pid not in self._got_grad:
+                untrained.setdefault(repr(stack), [stack, 0])[1] += 1
+        for stack, n in untrained.values():
+            events.append({"kind": "untrained", "stack": stack, "cause": None,
+                           "text": f"{n} stepped parameter tensor(s) of a module run with grad mode off never got a "
+                                   "gradient"})
         for used, stack in self._graph_used:
             if not used:
                 events.append({"kind": "unused", "text": "create_graph result contributing no gradient",

@@ -14,6 +14,7 @@ from ..analysis.summaries import (
     leaves_grad_disabled,
     parameter_attributes,
     reached_from_forward,
+    trainable_evidence,
 )
 from ..analysis.steps import backward_call, is_true
 from ..analysis.training import step_sites
@@ -53,7 +54,12 @@ Checks for `backward()`, `torch.autograd.backward`, `torch.autograd.grad` and
 enclosing one, a `@torch.no_grad()` / `@torch.inference_mode()` decorated
 function, or after `torch.set_grad_enabled(False)`), and for
 `torch.autograd.grad(..., create_graph=True)` called with grad disabled when
-its gradients are used (a penalty computed) in that region.
+its gradients are used (a penalty computed) in that region. It also checks
+module classes whose `forward` is decorated `@torch.no_grad()` /
+`@torch.inference_mode()` while the class offers to make itself trainable (an
+*unfreeze* option such as `unfreeze_mm_vision_tower`, or
+`requires_grad_(True)`), and backwards whose loss depends on an inference
+tensor made inside a same-file module's `forward`.
 
 ## Why is this bad?
 With grad disabled autograd records nothing: every result has
@@ -64,6 +70,11 @@ grad_fn`. A gradient penalty written as
 penalty computed in the same region, has no graph: it adds a constant to the
 loss and contributes no gradient. Training runs, the regulariser silently does
 nothing.
+
+An unfrozen module whose `forward` runs under `@torch.no_grad()` gets no
+gradient from any loss built on its output: fine-tuning it silently does
+nothing (TinyLLaVA's `--tune_vision_tower`, issue #17). A frozen tower with no
+option to unfreeze it is not flagged.
 
 Computing the loss outside the region and calling `backward()` inside it works
 and is not flagged, nor is a forward and backward inside `torch.enable_grad()`
@@ -93,12 +104,14 @@ with torch.no_grad():
 """
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        if not model.regions and not any(s.decorator_region for s in model.scopes):
-            return
+        if not model.regions and not any(s.decorator_region for s in model.scopes) \
+                and not any(c.method == "__enter__" for c in model.calls):
+            return  # nothing disables grad (``torch.no_grad().__enter__()`` is no region)
         yield from self._at_backwards(model)
         yield from self._grad_left_disabled(model)
         yield from self._backward_in_forward(model)
         yield from self._parameters_cut(model)
+        yield from self._unfreezable_forward_cut(model)
 
     def _at_backwards(self, model: FileModel) -> Iterator[Finding]:
         for call in model.calls:
@@ -208,6 +221,34 @@ with torch.no_grad():
                             f"forward computes under `{region.api}`: the parameter never receives a gradient, so it "
                             "never trains; compute the constraint with grad enabled (or apply it in place to the "
                             "parameter under no_grad and use the parameter itself)"))
+
+    @staticmethod
+    def _unfreezable_forward_cut(model: FileModel) -> Iterator[Finding]:
+        """A module class whose ``forward`` is decorated ``@torch.no_grad()`` /
+        ``@torch.inference_mode()`` (and never switches grad back on) while the
+        class offers to make itself trainable (an *unfreeze* option,
+        ``requires_grad_(True)``): once unfrozen, its parameters still get no
+        gradient from any loss built on its output, so tuning it silently does
+        nothing (the frozen-vision-tower pattern of LLaVA-style encoders)."""
+        for cls in sorted(modes.module_classes(model)):
+            fwd = model.classes[cls].methods.get("forward")
+            region = fwd.decorator_region if fwd is not None else None
+            if region is None or region.mode is not GradMode.DISABLED or checks_grad_mode(model, fwd):
+                continue
+            if any(r.mode is not GradMode.DISABLED and fwd.contains(r.order) for r in model.regions):
+                continue  # ``with torch.enable_grad():`` / ``set_grad_enabled(flag)`` inside forward
+            evidence = trainable_evidence(model, cls)
+            if evidence is None:
+                continue
+            what = model.module.code_for_node(evidence).strip()
+            what = what if len(what) <= 60 and "\n" not in what else "its parameters made trainable"
+            at = next((d for d in getattr(fwd.node, "decorators", ())
+                       if region.api.rsplit(".", 1)[-1] in model.module.code_for_node(d.decorator)), region.node)
+            yield Finding.from_text(at, (
+                f"`{cls}.forward` runs under `@{region.api}`, but the class can be made trainable (`{what}`): "
+                "once unfrozen, no gradient reaches its parameters through its output, so tuning it silently "
+                "does nothing; drop the decorator and freeze with `requires_grad_(False)` instead (or switch "
+                "grad mode on `self.training`/the unfreeze option)"))
 
     @staticmethod
     def _disabled_user(model: FileModel, call: Call) -> Optional[Assign]:

@@ -49,6 +49,23 @@ def _is_container_value(model: FileModel, node: Optional[cst.BaseExpression]) ->
     return False
 
 
+def _reset_before(model: FileModel, s: "_Store") -> Optional[Assign]:
+    """The binding of the store's container that certainly runs before the
+    store: the latest dominating one, looking past bindings in branches that
+    only accumulate into it (``self.loss = zeros(1)`` at the top of the
+    iteration, then ``self.loss += a`` in an ``if`` and ``self.loss += b`` in
+    its ``else``)."""
+    before = [a for a in model.bindings_of(s.container, s.fact.scope)
+              if a.order < s.fact.order and a.statement is not s.fact.statement]
+    for i in range(len(before) - 1, -1, -1):
+        b = before[i]
+        if model.certainly_reaches(b, s.fact):
+            return b
+        if b.kind != "augassign":
+            return None  # a branch rebinds it to something else
+    return None
+
+
 class LossKeptWithGraph(Rule):
     """A graph-attached tensor is stored across iterations.
 
@@ -165,7 +182,7 @@ step.
         """Whether the container outlives one iteration of the innermost loop."""
         if s.container.startswith("self."):
             loop = s.fact.loop
-            must = model.reaching_binding(s.container, s.fact)
+            must = _reset_before(model, s)
             if must is not None and must is not s.fact and (
                     loop.contains(must.order) if loop is not None else must.kind in ("assign", "annassign")):
                 # ``self.loss = zeros(1)`` at the top of every iteration (or of

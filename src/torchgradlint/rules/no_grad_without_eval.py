@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from ..analysis.model import FileModel, GradMode
 from ..analysis.modes import (
     HELPER_TRAIN,
     TRAINED,
+    dropout_free_at,
     events,
     is_module_at,
     modes_at,
@@ -53,7 +56,13 @@ block), when the block calls no module (EMA updates, `p.copy_(...)`), inside
 `torch.enable_grad()`, when the module is defined in the same file without
 dropout or batch-norm layers, and for deliberate batch-norm statistics passes
 (the call's output is discarded, or the function calls `reset_running_stats()`,
-as a hand-written `torch.optim.swa_utils.update_bn` does).
+as a hand-written `torch.optim.swa_utils.update_bn` does). Nor does it report a
+generator whose only mode-dependent layers are batch norm, sampled on random
+noise (`torch.randn(...)`, directly or through a name such as `fixed_noise`)
+inside the loop that trains it, the PyTorch DCGAN tutorial's progress images:
+the noise has the statistics of the training batches, so this is a
+training-mode forward on a training-like batch, not an evaluation on held-out
+data. With dropout in the generator it is still reported.
 
 ## Why is this bad?
 `no_grad` only stops autograd from recording the graph; it does not change the
@@ -150,6 +159,9 @@ for epoch in range(epochs):
                 continue  # a shape probe while the module is built: nothing trained to evaluate yet
             if feeds_backward(model, call) and _trained_in_loop(model, call, text):
                 continue  # a training-time forward (GAN sample, RL rollout, pseudo-labels), not an evaluation
+            if _samples_noise(model, call) and dropout_free_at(model, call, text) \
+                    and _trained_in_loop(model, call, text):
+                continue  # a batch-norm generator sampled on noise in its own training loop (DCGAN's images)
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
             yield Finding.from_text(call.node, (
@@ -181,6 +193,34 @@ def _during_construction(model: FileModel, scope, depth: int = 0) -> bool:
         return True
     callers = model.callers_of(fn)
     return bool(callers) and all(_during_construction(model, c.scope, depth + 1) for c in callers)
+
+
+_NOISE = frozenset({"torch.randn", "torch.rand", "torch.randn_like", "torch.rand_like", "torch.normal"})
+
+
+def _samples_noise(model: FileModel, call) -> bool:
+    """Whether the module call's input is random noise drawn with
+    ``torch.randn``/``rand``/``normal`` (directly or through a name every
+    binding of which draws it): sampling a generative model. With batch norm
+    as its only mode-dependent layer and trained on noise of the same
+    distribution in the loop, such a sample is a training-mode forward on a
+    training-like batch, not an evaluation on held-out data (dropout, as in
+    diffusion UNets, would still make the samples worse)."""
+    args = [a.value for a in call.node.args if a.keyword is None and not a.star]
+    if not args:
+        return False
+    value = args[0]
+    if isinstance(value, cst.Name):
+        bindings = model.reaching_bindings(value.value, call)
+        if not bindings:
+            return False
+        return all(b.kind in ("assign", "annassign") and not b.unpacked and _is_noise(model, b.value)
+                   for b in bindings)
+    return _is_noise(model, value)
+
+
+def _is_noise(model: FileModel, node) -> bool:
+    return isinstance(node, cst.Call) and model.qualname(node.func) in _NOISE
 
 
 def _trained_in_loop(model: FileModel, call, text: str) -> bool:
