@@ -264,3 +264,15 @@ def test_grad_mode_no_grad_forwards_of_modules_trained_elsewhere_or_not_stepped(
     # network whose parameters no optimizer steps
     m = run(program, GradModeProbe.name)
     assert m["defect"] is False, m["display"]
+
+
+def test_carried_state_growth_without_a_store_is_not_tgl101(tmp_path):
+    # `state = cell(x, state)` with grad mode on chains graphs, but nothing stores a loss: no TGL101 line
+    prog = tmp_path / "decode.py"
+    prog.write_text("import torch\n\n\ndef main(device='cpu', steps=4):\n    cell = torch.nn.GRUCell(4, 4)\n"
+                    "    state = torch.zeros(2, 4)\n    for _ in range(steps):\n"
+                    "        state = cell(torch.randn(2, 4), state)\n")
+    result = measure(prog, RetainedGraphProbe.name, "cpu", STEPS)
+    m = result["measurement"]
+    assert m["details"]["nodes_per_step"] > 0 and m["details"]["carried_state"] == ["state"]
+    assert m["defect"] is False and m["findings"] == []

@@ -206,6 +206,22 @@ def test_nan_parameters_fp16_adam_eps_1e4_and_fp32_are_healthy():
         assert m["details"]["runs"]["2"]["steps_total"] == 2
 
 
+def test_nan_parameters_ignores_divergence_where_eps_is_not_the_cause():
+    # a float32 SGD (no eps) at a huge learning rate turns its weights inf/NaN: not TGL305's defect
+    def program():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=1e30)
+        for _ in range(3):
+            opt.zero_grad()
+            (1e20 * model(torch.randn(8, 4))).pow(2).mean().backward()
+            opt.step()
+        assert not torch.isfinite(model.weight).all()
+
+    m = observed(NanParameterProbe, program)
+    assert m["defect"] is False and m["details"]["runs"]["2"]["elements"] == 0
+
+
 def test_ce_floor_and_gradient_ratio_match_the_research():
     assert round(ce_floor(10), 3) == 1.461
     confident_wrong = torch.softmax(torch.tensor([[0.0, 12.0]]), dim=1)

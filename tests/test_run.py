@@ -91,10 +91,13 @@ ALL_FIXTURES = load_fixtures(ROOT / "fixtures")
 
 
 def statement_lines(path: Path) -> set:
-    """Lines where a statement of ``path`` starts (a diagnostic must sit on code, not a docstring or blank)."""
+    """Lines where a statement or a decorator of ``path`` starts (a diagnostic must sit on code, not a
+    docstring or blank)."""
     import ast
 
-    return {n.lineno for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.stmt)}
+    nodes = list(ast.walk(ast.parse(path.read_text())))
+    return {n.lineno for n in nodes if isinstance(n, ast.stmt)} | \
+        {d.lineno for n in nodes for d in getattr(n, "decorator_list", ())}
 
 
 @pytest.mark.slow

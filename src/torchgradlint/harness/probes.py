@@ -787,6 +787,7 @@ class RetainedGraphProbe(Probe):
         cuda = fit(lambda s: s.get("cuda_allocated"))
         findings: list[dict] = []
         reasons: list[str] = []
+        carried: list[str] = []  # variables whose graph grows with no line that stores into them
         growth_bytes = max([v for v in (saved, peak) if v is not None] or [0.0])
         if wasted is not None and wasted >= cls.WASTED_RETAIN:
             reasons.append(f"retained graphs alive at the next forward, never reused {wasted:+.1f}/step")
@@ -818,6 +819,9 @@ class RetainedGraphProbe(Probe):
                 for hs, key in sorted(growing, reverse=True):
                     path, _, _, name = holder_parts(key)
                     lines = held[xs[-1]][key]["lines"]
+                    if not lines:  # rebound from its own value (carried state, `h = cell(x, h)`): no store
+                        carried.append(name)  # keeps the graph; not TGL101's stored value
+                        continue
                     findings.append(_finding("TGL101", [[path, ln] for ln in lines], round(hs, 2), "nodes/step",
                                              f"`{name}` keeps a growing graph: {hs:+.1f} graph nodes/step"))
                 if not growing:
@@ -830,7 +834,7 @@ class RetainedGraphProbe(Probe):
             "wasted_retain_per_step": wasted, "heap_bytes_per_step": heap, "cuda_allocated_per_step": cuda,
             "seconds_per_step": [round(x, 6) for x in per_step],
             "time_per_step_ratio": round(per_step[-1] / per_step[0], 2) if per_step and per_step[0] > 0 else None,
-            "reasons": reasons,
+            "reasons": reasons, "carried_state": carried,
             "runs": {str(k): v for k, v in samples.items()},
         }
         parts = []

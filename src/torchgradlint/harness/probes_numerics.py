@@ -343,12 +343,21 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(torch.stack(ns)).all()) for ns in by_dtype.values())
 
 
+def _eps_vanishes(group: dict, dtype: torch.dtype) -> bool:
+    """Whether the parameter group's ``eps`` (a float) rounds to 0 in ``dtype``."""
+    eps = group.get("eps")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
+        return False
+    return float(torch.tensor(float(eps), dtype=dtype)) == 0.0
+
+
 class NanParameterProbe(Probe):
     """Counts parameter elements an optimizer step turned into NaN or infinity.
 
     A global optimizer step post-hook (:func:`torch.optim.optimizer.register_optimizer_step_post_hook`)
-    counts, after every ``step()``, the non-finite elements of every parameter the optimizer owns,
-    and the parameters' dtypes. Parameters are initialised finite by every fixture, so a non-finite
+    counts, after every ``step()``, the non-finite elements of every parameter the optimizer owns in
+    a dtype where its parameter group's ``eps`` rounds to 0 (the rule's cause; an optimizer without
+    ``eps``, or float32 parameters, diverging to NaN is another defect), and the parameters' dtypes. Parameters are initialised finite by every fixture, so a non-finite
     element is the step's doing (Adam's ``0 / (0 + eps)`` with eps rounded to 0 in float16).
 
     Attribution: where the optimizer was built (a wrapper around ``torch.optim.Optimizer.__init__``,
@@ -360,7 +369,7 @@ class NanParameterProbe(Probe):
 
     name = "nan-parameters"
     unit = "elements"
-    threshold = ">= 1 NaN/inf parameter element after an optimizer step"
+    threshold = ">= 1 NaN/inf parameter element after an optimizer step, in a dtype where the group's eps rounds to 0"
 
     def __init__(self) -> None:
         super().__init__()
@@ -392,8 +401,10 @@ class NanParameterProbe(Probe):
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps_total += 1
+        # TGL305's defect: parameters of a dtype in which the group's eps rounds to 0 (Adam's eps=1e-8 in
+        # float16); a float32 SGD step that diverges to NaN is another defect
         params = [p for group in optimizer.param_groups for p in group["params"]
-                  if isinstance(p, torch.Tensor) and p.is_floating_point()]
+                  if isinstance(p, torch.Tensor) and p.is_floating_point() and _eps_vanishes(group, p.dtype)]
         for p in params:
             if p.dtype not in self._dtypes:
                 self._dtypes.add(p.dtype)
