@@ -550,7 +550,9 @@ class RetainedGraphProbe(Probe):
     again (state carried across iterations), attributed to the retaining call;
     TGL101 when graph nodes grow >= 0.1 node/step or saved tensors >= 256 B/step (or
     saved tensors at their peak >= 1 KiB/step), attributed to the variable whose
-    graph grows and the line that stores into it.
+    graph grows and the line that stores into it (a variable rebound from its own value, with
+    no line that stores into it, is carried state: listed in ``details["carried_state"]``, not
+    TGL101).
     """
 
     name = "retained-graph"
