@@ -95,12 +95,17 @@ def setup_venvs(bench_dir: Path = BENCH_DIR) -> None:
 
 def corpus(packages: Path, cache: Path, only: Optional[list[str]] = None) -> tuple[list[str], int]:
     """Absolute paths of every ``*.py`` of the pinned packages (all, or those
-    named in ``only``), and their lines."""
+    named in ``only``), and their lines. A package that can no longer be
+    downloaded (a pin the index dropped) is left out with a warning."""
     files = []
     for pkg in lint_real.load_packages(packages):
         if only and pkg.name not in only:
             continue
-        root = lint_real.extract(pkg, lint_real.download(pkg, cache), cache)
+        try:
+            root = lint_real.extract(pkg, lint_real.download(pkg, cache), cache)
+        except RuntimeError as exc:
+            print(f"bench: {pkg.name}=={pkg.version} left out: {str(exc).splitlines()[0]}", file=sys.stderr)
+            continue
         files += [str(root / f) for f in lint_real.python_files(root)]
     lines = sum(Path(f).read_bytes().count(b"\n") for f in files)
     return files, lines

@@ -11,10 +11,17 @@ Prints the median, min and max in milliseconds, and (on Linux) the CPU time
 the server and its worker processes spent per edit: on a busy machine the
 wall-clock round-trip waits for a core, the CPU time does not.
 
+With ``--compare-src DIR`` (the ``src`` folder of another version, e.g.
+``git archive main src | tar -x -C /tmp/main``) it times instead the lint
+alone of both versions on the file, each run a fresh process, the versions
+alternating ``--alternations`` times, and prints the medians, minima and
+their ratio: on a shared machine, a comparison within one run.
+
 Usage::
 
     python bench/server_latency.py
     python bench/server_latency.py --file path/to/train.py --edits 20
+    python bench/server_latency.py --file path/to/train.py --compare-src /tmp/main/src
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,12 +134,42 @@ def lint_cpu(text: str, rounds: int) -> list[float]:
     return out
 
 
+def compare(text: str, other_src: Path, alternations: int, rounds: int) -> int:
+    """Print the lint-alone CPU medians of this version and of ``other_src``,
+    each measured in a fresh process, the two alternating."""
+    versions = {"this version": dict(os.environ), str(other_src): dict(os.environ, PYTHONPATH=str(other_src))}
+    found: dict[str, list[float]] = {name: [] for name in versions}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "train.py"
+        path.write_text(text)
+        for i in range(alternations):
+            for name in (list(versions) if i % 2 == 0 else list(reversed(versions))):
+                out = subprocess.run([sys.executable, __file__, "--lint-alone", str(path), "--edits", str(rounds)],
+                                     env=versions[name], capture_output=True, text=True, check=True)
+                found[name].append(float(out.stdout.split()[0]))
+    medians = {name: statistics.median(v) for name, v in found.items()}
+    for name, v in found.items():
+        print(f"{name}: lint alone {medians[name]:.1f} ms CPU (median of {len(v)} runs of {rounds} lints; "
+              f"min {min(v):.1f})")
+    this, other = medians.values()
+    print(f"ratio this / other: {this / other:.2f}; load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, help="training file to edit (default: ~500 lines of fixtures)")
     parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument("--compare-src", type=Path, help="src folder of another version: compare the lint alone")
+    parser.add_argument("--alternations", type=int, default=8)
+    parser.add_argument("--lint-alone", type=Path, help=argparse.SUPPRESS)  # one measurement, for --compare-src
     args = parser.parse_args()
+    if args.lint_alone:
+        print(f"{statistics.median(lint_cpu(args.lint_alone.read_text(), args.edits)):.2f}")
+        return 0
     text = args.file.read_text() if args.file else training_file()
+    if args.compare_src:
+        return compare(text, args.compare_src, args.alternations, args.edits)
     startup, times, found, server_cpu = asyncio.run(measure(text, args.edits))
     print(f"file: {args.file or 'fixtures'} ({text.count(chr(10))} lines, {found} diagnostics)")
     print(f"start-up to first diagnostics: {startup * 1000:.0f} ms")

@@ -223,3 +223,59 @@ def test_node_type_sets_agree_with_isinstance():
     assert checked > 1000
     assert node_types(cst.BaseSmallStatement) >= {cst.Expr, cst.Pass, cst.Return, cst.Assign}
     assert cst.FunctionDef not in node_types(cst.BaseSmallStatement)
+
+
+_TRAINER = """
+import torch
+from torch import nn
+
+class Unet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.channels = 3
+        self.conv = nn.Conv2d(3, 3, 1)
+
+class Diffusion(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.channels = model.channels
+        self.image_size = 32
+        self.num_timesteps = 1000
+
+{other}
+class Trainer:
+    def __init__(self, diffusion_model):
+        self.model = diffusion_model
+        self.size = diffusion_model.image_size
+        self.steps = diffusion_model.num_timesteps
+
+    def train(self, x):
+        return self.model(x)
+"""
+
+
+def _self_model_class(src: str, cls: str):
+    from torchgradlint.analysis import modes
+
+    m = model_of(src)
+    call = next(c for c in m.calls if c.func_text == "self.model" and m.enclosing_function(c.scope).class_name == cls)
+    return modes.instance_class(m, "self.model", call)
+
+
+def test_constructor_parameter_class_by_its_attributes():
+    assert _self_model_class(_TRAINER.replace("{other}", ""), "Trainer") == "Diffusion"
+
+
+def test_constructor_parameter_class_is_unknown_when_two_classes_fit():
+    other = ("class Flow(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+             "        self.image_size = 32\n        self.num_timesteps = 10\n")
+    assert _self_model_class(_TRAINER.replace("{other}", other), "Trainer") is None
+
+
+def test_self_attribute_is_resolved_per_owning_class():
+    src = _TRAINER.replace("{other}", "") + (
+        "\nclass Sampler(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.model = Unet()\n\n    def forward(self, x):\n        return self.model(x)\n")
+    assert _self_model_class(src, "Sampler") == "Unet"
+    assert _self_model_class(src, "Trainer") == "Diffusion"

@@ -171,6 +171,15 @@ def test_other_candidate_rules_keep_the_file():
     assert get_rule("TGL201") in candidate_rules(source, all_rules())
 
 
+def test_stage2_drops_tgl101_alone_when_another_rule_keeps_the_file():
+    source = LIBRARY_MODULE + "        with torch.no_grad():\n            pass\n"
+    assert TGL101.may_fire(source)  # the text stage alone would keep it
+    codes = [r.code for r in candidate_rules(source, all_rules())]
+    assert "TGL201" in codes and "TGL101" not in codes
+    with_backward = source + "        loss.backward()\n"
+    assert "TGL101" in [r.code for r in candidate_rules(with_backward, all_rules())]
+
+
 def test_python_syntax_error_still_reaches_libcst_and_is_reported():
     source = "import torch\nlosses.append(loss\n"
     assert python_ast(source) is None

@@ -23,7 +23,8 @@ When TGL codes are selected and flake8 forks its pool of worker processes
 (several files, ``--jobs`` above 1), the engine and the rules are imported
 once in flake8's main process just before the fork
 (:func:`_preload_before_pool_fork`), so the workers inherit them instead of
-each importing LibCST again (about 0.13-0.25 s of CPU per worker). A
+each importing LibCST again (about 0.13-0.25 s of CPU per worker), and moved
+to the collector's permanent generation (``gc.freeze``). A
 single-file run never forks and imports nothing for a file the prefilter
 rules out.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gc
 import os
 import sys
 from pathlib import Path
@@ -88,6 +90,10 @@ def _preload_before_pool_fork() -> None:
         from .registry import all_rules
 
         all_rules()
+        # Python's advice before a fork: the imported objects then sit in the permanent
+        # generation, so the workers' collections neither walk them (about 0.08 s of CPU over
+        # pytorch/examples) nor copy their pages.
+        gc.freeze()
     except Exception:  # pragma: no cover - the worker imports them itself then
         pass
 

@@ -24,7 +24,8 @@ never to drop a finding (``tests/test_prefilter.py``):
    all run with it enabled (``FileModel.base_mode``). So a file that cannot
    call a backward, spells none of :data:`GRAD_EVIDENCE` and runs, at module
    or class scope, no loop and no call to a function it defines cannot hold
-   such a finding.
+   such a finding: those rules are dropped from the file's candidates (the
+   file is not parsed when no other rule is left).
    Library modules (methods only) are the common case: on lightning 2.6.6
    this stage keeps 140 of the 210 torch files away from LibCST.
 
@@ -186,8 +187,8 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]],
     active = [r for r in rules if r.may_fire(source)]
     if any(r.needs_backward for r in active) and not may_call_backward(source):
         active = [r for r in active if not r.needs_backward]
-    if active and all(r.needs_grad_evidence for r in active) and lacks_grad_evidence(source, tree):
-        return []
+    if any(r.needs_grad_evidence for r in active) and lacks_grad_evidence(source, tree):
+        active = [r for r in active if not r.needs_grad_evidence]
     return active
 
 

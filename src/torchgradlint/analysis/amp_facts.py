@@ -19,6 +19,8 @@ gradient clipping), ``torch.nn.utils.clip_grad_norm_``,
 
 from __future__ import annotations
 
+import bisect
+
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -180,7 +182,12 @@ class AmpEvent:
 
 
 def classify(model: FileModel, call: Call) -> Optional[AmpEvent]:
-    """The :class:`AmpEvent` of one call (``site`` = ``call``), or ``None``."""
+    """The :class:`AmpEvent` of one call (``site`` = ``call``), or ``None``.
+    Memoised per file: every scope that reaches a helper classifies its calls."""
+    return model.memoised(classify, id(call), lambda: _classify(model, call))
+
+
+def _classify(model: FileModel, call: Call) -> Optional[AmpEvent]:
     scaler = scaled_backward(model, call)
     if scaler is not None:
         return AmpEvent("scaled_backward", call, call, scaler=scaler)
@@ -212,6 +219,11 @@ def step_events(model: FileModel, scope: Scope) -> list[AmpEvent]:
 
 
 def _events(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list[AmpEvent]:
+    # per file: every scope that calls a helper asks for its events
+    return model.memoised(_events, (id(scope), depth, seen), lambda: _scope_events(model, scope, depth, seen))
+
+
+def _scope_events(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list[AmpEvent]:
     out: list[AmpEvent] = []
     seen = seen | {id(scope)}
     for c in model.calls_in_scope(scope):
@@ -251,6 +263,14 @@ def on_one_path(model: FileModel, a: AmpEvent, b: AmpEvent) -> bool:
 
 
 def latest_backward(model: FileModel, events: list[AmpEvent], at: AmpEvent) -> Optional[AmpEvent]:
-    """The last backward (scaled or not) before ``at`` that may run in the same pass."""
-    return next((e for e in reversed(events) if e.kind in BACKWARD_KINDS and e.key < at.key
-                 and on_one_path(model, e, at)), None)
+    """The last backward (scaled or not) before ``at`` that may run in the same pass.
+    ``events`` is sorted by :attr:`AmpEvent.key` (as :func:`step_events` returns them)."""
+    memo = model.cached(latest_backward, dict)  # the sort keys of each list asked about, computed once
+    entry = memo.get(id(events))
+    if entry is None or entry[0] is not events:
+        entry = memo[id(events)] = (events, [e.key for e in events])
+    for i in range(bisect.bisect_left(entry[1], at.key) - 1, -1, -1):  # the events before ``at``, last first
+        e = events[i]
+        if e.kind in BACKWARD_KINDS and on_one_path(model, e, at):
+            return e
+    return None

@@ -246,6 +246,14 @@ class FileModel:
             value = self.memo[key] = factory()
         return value
 
+    def memoised(self, table: object, key: object, compute):
+        """``compute()`` once per ``key`` of the per-file table ``table``
+        (a query's memo: ``table`` is usually the query's function)."""
+        memo = self.cached(table, dict)
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
     def _index(self) -> None:
         """Order indexes for range queries (facts are appended in pre-order)."""
         self._call_orders = [c.order for c in self.calls]

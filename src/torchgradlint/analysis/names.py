@@ -45,12 +45,16 @@ def dotted_name(node: Optional[cst.CSTNode]) -> Optional[str]:
     >>> dotted_name(cst.parse_expression("self.model.encoder"))
     'self.model.encoder'
     """
+    # ``type(node) is``: LibCST's node classes are ABCs, whose ``isinstance``
+    # runs Python code; Name and Attribute have no subclasses.
+    if type(node) is cst.Name:
+        return node.value  # type: ignore[union-attr]
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if isinstance(node, cst.Name):
-        parts.append(node.value)
+    while type(node) is cst.Attribute:
+        parts.append(node.attr.value)  # type: ignore[union-attr]
+        node = node.value  # type: ignore[union-attr]
+    if type(node) is cst.Name:
+        parts.append(node.value)  # type: ignore[union-attr]
         return ".".join(reversed(parts))
     return None
 

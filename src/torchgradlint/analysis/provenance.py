@@ -41,7 +41,7 @@ import libcst as cst
 
 from . import modes, torch_api
 from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, call_params, names_in
-from .tree import iter_children, walk
+from .tree import iter_children, node_types, walk
 from .names import dotted_name
 from .steps import backward_call
 
@@ -179,10 +179,10 @@ def is_loss_call(model: FileModel, node: cst.CSTNode) -> bool:
     """Whether ``node`` calls a loss function: an ``nn.*Loss`` instance (bound
     in this file or called inline), ``F.<...>_loss``/``F.cross_entropy``...,
     or a name like ``criterion``/``loss_fn``."""
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return False
-    func = node.func
-    if isinstance(func, cst.Call):
+    func = node.func  # type: ignore[attr-defined]
+    if type(func) is cst.Call:
         return _is_loss_class(model, model.qualname(func.func))
     text = dotted_name(func)
     if not text:
@@ -214,9 +214,9 @@ def is_module_call(model: FileModel, node: cst.CSTNode) -> bool:
     """Whether ``node`` calls something known (or precisely named) to be an
     ``nn.Module``: ``model(x)``, ``self.encoder(x)``, ``nn.Linear(2, 2)(x)``,
     ``model.forward(x)``, ``model.generate(x)``."""
-    if not isinstance(node, cst.Call):
+    if type(node) is not cst.Call:
         return False
-    if isinstance(node.func, cst.Call):
+    if type(node.func) is cst.Call:  # type: ignore[attr-defined]
         return _is_module_ctor(model, node.func)
     text = dotted_name(node.func)
     if not text:
@@ -456,6 +456,14 @@ def _literal_args(fact: Call, callee: Scope) -> dict[str, Optional[bool]]:
         out[names[i]] = (value.value == "True") if isinstance(value, cst.Name) and value.value in (
             "True", "False") else None
     return out
+
+
+# Node classes :meth:`_Evaluator.expr` reads as constants. It dispatches on
+# ``type(node)`` (see :func:`~torchgradlint.analysis.tree.node_types`: an
+# ``isinstance`` against LibCST's ABCs runs Python code); none of the classes
+# it tests by ``is`` has a subclass.
+_CONSTANT_NODES = node_types(cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString,
+                             cst.ConcatenatedString, cst.Comparison)
 
 
 class _Evaluator:
@@ -730,14 +738,14 @@ class _Evaluator:
         if depth > _MAX_DEPTH:
             self.cuts += 1
             return _UNKNOWN
-        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.FormattedString,
-                             cst.ConcatenatedString, cst.Comparison)):
+        kind = type(node)
+        if kind in _CONSTANT_NODES:
             return _CONST
-        if isinstance(node, cst.Name):
+        if kind is cst.Name:
             if node.value in ("True", "False", "None"):
                 return _CONST
             return self.name(node.value, at, depth)
-        if isinstance(node, cst.Attribute):
+        if kind is cst.Attribute:
             attr = node.attr.value
             if attr == "data":
                 base = self.expr(node.value, at, depth + 1)
@@ -756,31 +764,31 @@ class _Evaluator:
             if base.attached and not base.weak:
                 return base  # ``outputs.loss``, ``out.logits``, ``x.T``
             return _unknown(base.inference)
-        if isinstance(node, cst.BinaryOperation):
+        if kind is cst.BinaryOperation:
             return self._op(at, [self.expr(node.left, at, depth + 1), self.expr(node.right, at, depth + 1)], node)
-        if isinstance(node, cst.UnaryOperation):
+        if kind is cst.UnaryOperation:
             if isinstance(node.operator, cst.Not):
                 return _CONST
             return self._op(at, [self.expr(node.expression, at, depth + 1)], node)
-        if isinstance(node, (cst.IfExp, cst.BooleanOperation)):
-            a_node, b_node = (node.body, node.orelse) if isinstance(node, cst.IfExp) else (node.left, node.right)
+        if kind is cst.IfExp or kind is cst.BooleanOperation:
+            a_node, b_node = (node.body, node.orelse) if kind is cst.IfExp else (node.left, node.right)
             return _join([self.expr(a_node, at, depth + 1), self.expr(b_node, at, depth + 1)])
-        if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
             parts = [self.expr(e.value, at, depth + 1) for e in node.elements]
             return self._container(parts)
-        if isinstance(node, cst.Dict):
+        if kind is cst.Dict:
             parts = [self.expr(e.value, at, depth + 1) for e in node.elements if isinstance(e, cst.DictElement)]
             return self._container(parts)
-        if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        if kind is cst.ListComp or kind is cst.SetComp or kind is cst.GeneratorExp:
             return self._container([self.expr(node.elt, at, depth + 1)])
-        if isinstance(node, cst.DictComp):
+        if kind is cst.DictComp:
             return self._container([self.expr(node.value, at, depth + 1)])
-        if isinstance(node, cst.Subscript):
+        if kind is cst.Subscript:
             base = self.expr(node.value, at, depth + 1)
             if base.attached or base.detached:
                 return base
             return _unknown(base.inference)
-        if isinstance(node, cst.Call):
+        if kind is cst.Call:
             return self.call(node, at, depth)
         return _UNKNOWN
 
@@ -1103,13 +1111,18 @@ def _returned(scope: Scope) -> set[str]:
     stack: list[cst.CSTNode] = [node.body]
     while stack:
         n = stack.pop()
-        if isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        kind = type(n)
+        if kind in _NESTED_SCOPES:
             continue
-        if isinstance(n, (cst.Return, cst.Yield)) and n.value is not None:
-            out |= names_in(n.value)
+        if kind in _RESULTS and n.value is not None:  # type: ignore[attr-defined]
+            out |= names_in(n.value)  # type: ignore[attr-defined]
             continue
         stack.extend(iter_children(n))
     return out
+
+
+_NESTED_SCOPES = node_types(cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_RESULTS = node_types(cst.Return, cst.Yield)
 
 
 __all__ = [

@@ -39,6 +39,11 @@ def runs_backward(model: FileModel, call: Call, *, accumulating_only: bool, dept
     """Whether ``call`` runs a backward, itself or through same-file helpers
     (followed up to ``_MAX_DEPTH`` calls deep). With ``accumulating_only``,
     ``torch.autograd.grad`` does not count (it does not write ``.grad``)."""
+    return model.memoised(runs_backward, (id(call), accumulating_only, depth),  # the loops ask about the same calls
+                          lambda: _runs_backward(model, call, accumulating_only, depth))
+
+
+def _runs_backward(model: FileModel, call: Call, accumulating_only: bool, depth: int) -> bool:
     b: Optional[Backward] = backward_call(model, call)
     if b is not None and (b.accumulates or not accumulating_only):
         return True
@@ -63,7 +68,13 @@ def _in_training_loop(model: FileModel, call: Call) -> bool:
 def _function_step_sites(model: FileModel, scope: Scope, depth: int,
                          seen: frozenset = frozenset()) -> list[tuple[OptimizerStep, bool]]:
     """Steps reached by calling ``scope``, each with whether it runs inside a
-    training loop somewhere along the helper chain."""
+    training loop somewhere along the helper chain (memoised per file: every
+    call of a helper asks)."""
+    return list(model.memoised(_function_step_sites, (id(scope), depth, seen),
+                               lambda: _step_sites_of(model, scope, depth, seen)))
+
+
+def _step_sites_of(model: FileModel, scope: Scope, depth: int, seen: frozenset) -> list[tuple[OptimizerStep, bool]]:
     out: list[tuple[OptimizerStep, bool]] = []
     seen = seen | {id(scope)}
     for c in model.calls_within(scope.order, scope.end):
@@ -99,7 +110,8 @@ def has_backward(model: FileModel, order: int, end: int) -> bool:
     """Whether ``[order, end]`` runs an accumulating backward, directly or
     through a same-file helper (``torch.autograd.grad`` does not count: it
     does not write ``.grad``)."""
-    return any(runs_backward(model, c, accumulating_only=True) for c in model.calls_within(order, end))
+    return model.memoised(has_backward, (order, end), lambda: any(
+        runs_backward(model, c, accumulating_only=True) for c in model.calls_within(order, end)))
 
 
 def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
@@ -151,7 +163,8 @@ def iterates_data(model: FileModel, loop: Loop) -> bool:
 def loop_trains(model: FileModel, loop: Loop) -> bool:
     """Whether ``loop``'s body runs a backward (directly or through a
     same-file helper), ``torch.autograd.grad`` included."""
-    return any(runs_backward(model, c, accumulating_only=False) for c in model.calls_within(loop.order, loop.end))
+    return model.memoised(loop_trains, id(loop), lambda: any(
+        runs_backward(model, c, accumulating_only=False) for c in model.calls_within(loop.order, loop.end)))
 
 
 _STORE_METHODS = frozenset({"append", "extend", "insert", "add", "push", "put", "store", "update", "appendleft"})
