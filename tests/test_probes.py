@@ -223,6 +223,32 @@ def test_human_bytes():
     assert human_bytes(3 * 1024 * 1024) == "3.0 MiB"
 
 
+def _samples(peaks, saved=None):
+    """Checkpoint samples at 2, 4, 8 (, 16) backward calls with the given peak (and live) saved bytes."""
+    xs = [2, 4, 8, 16][:len(peaks)]
+    return {x: {"holders": {}, "holder_nodes": 10, "saved_bytes": (saved or [1000] * len(peaks))[i],
+                "peak_saved_bytes": peaks[i], "wasted_retain_calls": 0, "reused_retain_calls": 0, "seconds": 0.1}
+            for i, x in enumerate(xs)}
+
+
+def test_peak_that_rises_in_warm_up_then_levels_is_not_growth():
+    # ok_two_losses_first_retains under `run`: the first iteration's peak is lower (no earlier graph alive)
+    m = RetainedGraphProbe.decide(_samples([79880, 114444, 114444]))
+    assert m.defect is False
+    assert m.findings == [] and m.details["peak_saved_bytes_per_step"] > RetainedGraphProbe.PEAK_GROWTH
+
+
+def test_peak_that_keeps_rising_is_growth():
+    m = RetainedGraphProbe.decide(_samples([80000, 120000, 200000]))
+    assert m.defect is True and [f["code"] for f in m.findings] == ["TGL101"]
+
+
+def test_live_saved_bytes_back_at_the_last_checkpoint_still_count_once_above_the_first():
+    # live (not high-water) saved bytes: an epoch-periodic list sampled at 8 and 16 reads equal there
+    m = RetainedGraphProbe.decide(_samples([50000] * 4, saved=[2000, 8000, 20000, 20000]))
+    assert m.defect is True
+
+
 def test_grad_mode_stepped_parameters_that_never_get_a_gradient():
     # a module whose forward is decorated @torch.no_grad() after it was unfrozen
     m = run_fixture("TGL002/bad_unfreezable_tower_no_grad_forward", GradModeProbe.name)
@@ -238,3 +264,15 @@ def test_grad_mode_no_grad_forwards_of_modules_trained_elsewhere_or_not_stepped(
     # network whose parameters no optimizer steps
     m = run(program, GradModeProbe.name)
     assert m["defect"] is False, m["display"]
+
+
+def test_carried_state_growth_without_a_store_is_not_tgl101(tmp_path):
+    # `state = cell(x, state)` with grad mode on chains graphs, but nothing stores a loss: no TGL101 line
+    prog = tmp_path / "decode.py"
+    prog.write_text("import torch\n\n\ndef main(device='cpu', steps=4):\n    cell = torch.nn.GRUCell(4, 4)\n"
+                    "    state = torch.zeros(2, 4)\n    for _ in range(steps):\n"
+                    "        state = cell(torch.randn(2, 4), state)\n")
+    result = measure(prog, RetainedGraphProbe.name, "cpu", STEPS)
+    m = result["measurement"]
+    assert m["details"]["nodes_per_step"] > 0 and m["details"]["carried_state"] == ["state"]
+    assert m["defect"] is False and m["findings"] == []

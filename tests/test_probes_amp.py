@@ -81,12 +81,30 @@ def test_clip_value_before_unscale_is_measured_too():
 
 
 @pytest.mark.parametrize("kwargs", [{"unscale": True}, {"unscale": False, "through_scale": True},
-                                    {"unscale": False, "enabled": False}, {"unscale": True, "value": True}])
+                                    {"unscale": True, "value": True}])
 def test_healthy_clips_cap_the_update_at_the_threshold(kwargs):
     m = observed(AmpClipScaleProbe, _clip_program(**kwargs))
     assert m["defect"] is False
     assert m["figure"] == pytest.approx(1.0, rel=1e-3)
     assert m["details"]["runs"]["3"]["clipped"] == 3 and m["findings"] == []
+
+
+def test_clips_without_an_enabled_scaler_are_not_judged():
+    # no GradScaler scaled a loss: a clip has no scale factor to miss (a clip after the step is TGL004's)
+    m = observed(AmpClipScaleProbe, _clip_program(unscale=False, enabled=False))
+    assert m["defect"] is False and m["details"]["runs"]["3"]["clips"] == 0
+
+    def after_step():
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(STEPS):
+            opt.zero_grad()
+            (100 * model(torch.randn(8, 4))).pow(2).mean().backward()
+            opt.step()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+
+    m = observed(AmpClipScaleProbe, after_step)
+    assert m["defect"] is False and m["details"]["runs"]["3"]["clips"] == 0
 
 
 def _plain_step_program(unscale: bool, update: bool, dtype=torch.bfloat16, enabled: bool = True):

@@ -105,6 +105,44 @@ def main(device, steps):
     assert finding["stack"][0][1] == HEAD.count("\n") + 7  # the switch, later in the loop body
 
 
+def test_grad_mode_leak_keeps_the_switch_in_force_when_a_later_one_changes_nothing(tmp_path):
+    # after the leaked switch, a no_grad block (inside a probe, or the user's) enters and exits with grad
+    # mode already off: the switch in force is still the helper's, not the block's line
+    m = run(tmp_path, """
+def evaluate(model):
+    torch.set_grad_enabled(False)
+    return model(torch.randn(8, 4)).sum().item()
+
+
+def main(device, steps):
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        with torch.no_grad():
+            pass
+        step(model, opt)
+        evaluate(model)
+""", GradModeLeakProbe.name)
+    assert m["defect"] is True
+    (finding,) = m["findings"]
+    assert finding["stack"][0][1] == HEAD.count("\n") + 3  # set_grad_enabled(False) in evaluate
+
+
+def test_grad_mode_leak_ignores_a_probes_own_switch():
+    from torchgradlint.harness import instrument
+
+    probe = GradModeLeakProbe()
+    with probe.observe("cpu", 1):
+        with torch.no_grad():  # this test file is the user's; a frame of torchgradlint's own is not
+            pass
+        probe._site = None
+        own = compile("import torch\nwith torch.no_grad():\n    site = probe._site\n",
+                      instrument.__file__, "exec")
+        scope = {"probe": probe}
+        exec(own, scope)  # runs as if inside torchgradlint (its file name): a probe's own no_grad
+        assert scope["site"] is None
+
+
 def test_grad_mode_leak_restores_the_mode_it_found():
     probe = GradModeLeakProbe()
     with probe.observe("cpu", 1):

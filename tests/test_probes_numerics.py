@@ -128,6 +128,34 @@ def test_ctx_tensors_output_on_ctx_leaves_dead_outputs_in_cycles():
     assert run["stale_reads"] == 0 and run["ctx_tensors"] == 4
 
 
+def test_ctx_tensors_keeps_gc_on_and_counts_dead_outputs_its_runs_free():
+    """gc is not disabled: a collection during the run frees the dead outputs, and they are counted."""
+    import gc
+
+    enabled = []
+
+    def program():
+        _train(_ExpOnCtx.apply)()
+        enabled.append(gc.isenabled())
+        gc.collect()  # the collector frees the 4 dead outputs now, mid-run
+
+    m = observed(CtxTensorProbe, program)
+    run = m["details"]["runs"]["2"]
+    assert enabled == [True, True] and run["dead_outputs"] == 4
+
+
+def test_ctx_tensors_output_freed_by_reference_counting_is_healthy():
+    def program():
+        w = torch.randn(64, requires_grad=True)
+        for _ in range(4):
+            y = _ExpOnCtx.apply(w)
+            y.sum().backward()
+            del y.grad_fn.out  # the user breaks the cycle: reference counting frees the output
+
+    m = observed(CtxTensorProbe, program)
+    assert m["defect"] is False and m["details"]["runs"]["2"]["dead_outputs"] == 0
+
+
 def test_ctx_tensors_in_place_edit_before_backward_is_a_stale_read():
     alias = _ExpOnCtx.apply  # bound before the probe is installed: still seen
     m = observed(CtxTensorProbe, _train(alias, inplace=True))
@@ -176,6 +204,22 @@ def test_nan_parameters_fp16_adam_eps_1e4_and_fp32_are_healthy():
         m = observed(NanParameterProbe, _adam_embedding(dtype, eps))
         assert m["defect"] is False and m["figure"] == 0
         assert m["details"]["runs"]["2"]["steps_total"] == 2
+
+
+def test_nan_parameters_ignores_divergence_where_eps_is_not_the_cause():
+    # a float32 SGD (no eps) at a huge learning rate turns its weights inf/NaN: not TGL305's defect
+    def program():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=1e30)
+        for _ in range(3):
+            opt.zero_grad()
+            (1e20 * model(torch.randn(8, 4))).pow(2).mean().backward()
+            opt.step()
+        assert not torch.isfinite(model.weight).all()
+
+    m = observed(NanParameterProbe, program)
+    assert m["defect"] is False and m["details"]["runs"]["2"]["elements"] == 0
 
 
 def test_ce_floor_and_gradient_ratio_match_the_research():

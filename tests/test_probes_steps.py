@@ -60,17 +60,109 @@ def test_discarded_counts_micro_batches_wiped_by_zero_grad(tmp_path):
     assert finding["code"] == "TGL003" and finding["stack"][0][1] == line_of(body, "zero_grad")
 
 
-def test_discarded_sees_resets_by_assignment(tmp_path):
-    m = run(tmp_path, accum(top="[setattr(p, 'grad', None) for p in model.parameters()]"),
-            DiscardedGradientProbe.name)
+def test_discarded_sees_resets_by_assignment_at_their_line(tmp_path):
+    body = accum(top="[setattr(p, 'grad', None) for p in model.parameters()]")
+    m = run(tmp_path, body, DiscardedGradientProbe.name)
     assert m["defect"] is True and m["figure"] == (K - 1) * STEPS
-    assert m["findings"][0]["stack"] == []  # an assignment: no reset call to attribute
+    (finding,) = m["findings"]  # seen by the grad property of nn.Parameter while observed
+    assert finding["stack"][0][1] == line_of(body, "setattr(p, 'grad', None)")
 
 
-def test_discarded_sees_in_place_zeroing(tmp_path):
-    m = run(tmp_path, accum(top="[p.grad.zero_() for p in model.parameters() if p.grad is not None]"),
-            DiscardedGradientProbe.name)
+def test_discarded_sees_a_helpers_assignment_with_the_call_on_the_stack(tmp_path):
+    body = """
+def clear(model):
+    for p in model.parameters():
+        p.grad = None
+
+def main(device, steps):
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(4 * steps):
+        clear(model)
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        if (i + 1) % 4 == 0:
+            opt.step()
+"""
+    m = run(tmp_path, body, DiscardedGradientProbe.name)
+    (finding,) = m["findings"]
+    assert [ln for _, ln in finding["stack"][:2]] == [line_of(body, "p.grad = None"), line_of(body, "    clear(model)")]
+
+
+def test_discarded_sees_in_place_zeroing_at_the_next_backward(tmp_path):
+    body = accum(top="[p.grad.zero_() for p in model.parameters() if p.grad is not None]")
+    m = run(tmp_path, body, DiscardedGradientProbe.name)
     assert m["defect"] is True and m["figure"] == (K - 1) * STEPS
+    (finding,) = m["findings"]  # found before the next backward adds: that backward's line
+    assert finding["stack"][0][1] == line_of(body, ".backward()")
+
+
+def test_discarded_grad_property_is_transparent_and_removed():
+    p = torch.nn.Parameter(torch.ones(2))
+    assert "grad" not in torch.nn.Parameter.__dict__
+    with DiscardedGradientProbe().observe("cpu"):
+        assert "grad" in torch.nn.Parameter.__dict__
+        p.sum().backward()
+        assert torch.equal(p.grad, torch.ones(2))
+        p.grad = torch.full((2,), 3.0)
+        assert torch.equal(p.grad, torch.full((2,), 3.0))
+        del p.grad
+        assert p.grad is None
+    assert "grad" not in torch.nn.Parameter.__dict__
+
+
+def test_discarded_healthy_for_an_lbfgs_closure_that_resets(tmp_path):
+    # L-BFGS calls the closure several times inside one step(): each evaluation's reset is part of the step
+    m = run(tmp_path, """
+def main(device, steps):
+    model = nn.Linear(4, 1)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+    x = torch.randn(16, 4)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+""", DiscardedGradientProbe.name)
+    assert m["defect"] is False and m["details"]["runs"][str(STEPS)]["backwards"] > STEPS
+
+
+def test_discarded_healthy_when_another_optimizer_used_the_backward(tmp_path):
+    # GAN: the generator's backward fills the discriminator's gradients too; its reset drops them rightly
+    m = run(tmp_path, """
+def main(device, steps):
+    G, D = nn.Linear(4, 4), nn.Linear(4, 1)
+    opt_g = torch.optim.SGD(G.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(D.parameters(), lr=0.1)
+    for _ in range(steps):
+        fake = G(torch.randn(8, 4))
+        opt_d.zero_grad()
+        D(fake.detach()).mean().backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        (-D(fake)).mean().backward()
+        opt_g.step()
+""", DiscardedGradientProbe.name)
+    assert m["defect"] is False
+
+
+def test_discarded_ignores_gradients_a_clip_scaled_to_zero_before_the_step(tmp_path):
+    # an overflowed total norm makes clip_grad_norm_ scale every gradient by 0 in place: not a reset
+    m = run(tmp_path, """
+def main(device, steps):
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        for p in model.parameters():
+            p.grad.mul_(0)
+        opt.step()
+""", DiscardedGradientProbe.name)
+    assert m["defect"] is False
 
 
 def test_discarded_healthy_when_reset_follows_the_step(tmp_path):

@@ -117,6 +117,34 @@ def test_eval_spread_restores_the_module_mode(tmp_path):
     assert net.training and s["max_spread"] == 0.0
 
 
+def test_eval_spread_repeats_under_the_autocast_of_the_last_call():
+    # the last call ran in a bfloat16 autocast region: outside it the bfloat16 input meets float32 weights
+    probe = EvalSpreadProbe()
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    with probe.observe("cpu", 1):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            net(torch.randn(3, 4).to(torch.bfloat16))
+    s = probe.sample()
+    assert s["rerun_failed"] == [] and s["spreads"] == {} and s["other_spreads"] == {"Sequential": 0.0}
+
+
+def test_eval_spread_leaves_a_model_whose_rerun_raises_unjudged():
+    class OneShot(torch.nn.Module):
+        calls = 0
+
+        def forward(self, x):
+            OneShot.calls += 1
+            if OneShot.calls > 1:
+                raise ValueError("a generator already consumed")
+            return torch.nn.functional.dropout(x, 0.5)
+
+    probe = EvalSpreadProbe()
+    with probe.observe("cpu", 1):
+        OneShot()(torch.randn(3, 4))
+    s = probe.sample()
+    assert s["rerun_failed"] == ["OneShot"] and s["max_spread"] == 0.0
+
+
 # -- unoptimized-grads (TGL006, TGL007) --------------------------------------------------------
 LISTED = """
 class Net(nn.Module):

@@ -86,25 +86,81 @@ def run_fixture(fixture, monkeypatch, tmp_path, *options):
     return rc, json.loads(out.read_text())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("fixture", [f for f in NEW_FIXTURES if f.kind == "bad"], ids=lambda f: f.name)
-def test_run_measures_each_new_rule_at_its_fixture_line(fixture, monkeypatch, tmp_path, capsys):
-    rc, found = run_fixture(fixture, monkeypatch, tmp_path)
-    capsys.readouterr()
-    assert rc == 1
-    assert {(d["code"], d["location"]["row"]) for d in found} == set(fixture.expected), found
-    for d in found:
-        measured = d["message"].split("measured at run time: ", 1)[1]
-        assert re.search(r"\d", measured), d["message"]  # the measured figure
-        assert "confirms the static finding" in d["message"]
+# -- every fixture of every rule under `run` with every probe on ----------------------------------------
+ALL_FIXTURES = load_fixtures(ROOT / "fixtures")
+
+
+def statement_lines(path: Path) -> set:
+    """Lines where a statement or a decorator of ``path`` starts (a diagnostic must sit on code, not a
+    docstring or blank)."""
+    import ast
+
+    nodes = list(ast.walk(ast.parse(path.read_text())))
+    return {n.lineno for n in nodes if isinstance(n, ast.stmt)} | \
+        {d.lineno for n in nodes for d in getattr(n, "decorator_list", ())}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fixture", [f for f in NEW_FIXTURES if f.kind == "ok"], ids=lambda f: f.name)
-def test_run_reports_nothing_on_each_new_rules_ok_fixture(fixture, monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("fixture", [f for f in ALL_FIXTURES if f.kind == "ok"], ids=lambda f: f.name)
+def test_run_reports_nothing_on_every_ok_fixture(fixture, monkeypatch, tmp_path, capsys):
+    """An ok fixture is healthy: ``run`` with all probes measures no defect of any rule."""
     rc, found = run_fixture(fixture, monkeypatch, tmp_path)
     capsys.readouterr()
     assert (rc, found) == (0, [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", [f for f in ALL_FIXTURES if f.kind == "bad"], ids=lambda f: f.name)
+def test_run_measures_every_bad_fixtures_rule_at_an_expected_line(fixture, monkeypatch, tmp_path, capsys):
+    """A bad fixture's own rule is measured at a line its ``# expect:`` comments name, and every diagnostic
+    (of any rule) sits on a statement of the fixture."""
+    rc, found = run_fixture(fixture, monkeypatch, tmp_path)
+    capsys.readouterr()
+    assert rc == 1
+    own = {(d["code"], d["location"]["row"]) for d in found if d["code"] == fixture.code}
+    assert own & set(fixture.expected), found
+    lines = statement_lines(fixture.path)
+    for d in found:
+        assert d["filename"] == fixture.path.name and d["location"]["row"] in lines, d
+    if fixture.code in NEW_RULES:  # their probes measure nothing else in their fixtures, each line confirmed
+        assert {(d["code"], d["location"]["row"]) for d in found} == set(fixture.expected), found
+        for d in found:
+            measured = d["message"].split("measured at run time: ", 1)[1]
+            assert re.search(r"\d", measured), d["message"]  # the measured figure
+            assert "confirms the static finding" in d["message"]
+
+
+def test_a_finding_without_a_line_goes_to_the_entry_line_and_says_so(tmp_path):
+    from torchgradlint.harness.run import first_statement, to_diagnostic
+
+    script = tmp_path / "train.py"
+    script.write_text('"""Docstring."""\n\nimport os\n\nprint(os.sep)\n')
+    finding = {"code": "TGL003", "stack": [], "display": "a reset discarded 3 backwards' gradients"}
+    at_entry = to_diagnostic(finding, None, str(script), (str(script), 5))
+    assert at_entry.line == 5 and "no line attributed" in at_entry.message
+    assert first_statement(str(script)) == 3
+    no_entry = to_diagnostic(finding, None, str(script))
+    assert no_entry.line == 3 and "no line attributed" in no_entry.message and "first statement" in no_entry.message
+
+
+def session_on(tmp_path, source: str, probes: list):
+    """``(Session, script path)`` after running ``source`` as a script under ``probes`` in-process."""
+    import runpy
+
+    from torchgradlint.harness.run import Session
+
+    script = tmp_path / "prog.py"
+    script.write_text(source)
+    with Session(probes) as session:
+        runpy.run_path(str(script), run_name="__main__")
+    return session, script
+
+
+def test_session_entry_is_the_programs_outermost_line_not_the_launcher(tmp_path):
+    session, script = session_on(tmp_path, "import torch\n\ndef train():\n"
+                                 "    torch.nn.Linear(2, 1)(torch.randn(3, 2)).sum().backward()\n\ntrain()\n",
+                                 ["grad-mode"])
+    assert session.entry == (str(script), 6)
 
 
 @pytest.mark.slow
@@ -256,3 +312,13 @@ def test_checkpoint_without_gpu_reads_no_cuda_memory():
     session = Session(["retained-graph"])
     session.checkpoint([])
     assert "cuda_allocated" not in session.samples[0]
+
+
+def test_a_program_without_backward_is_sampled_at_its_top_level_forwards(tmp_path):
+    """An evaluation that keeps every output's graph (no backward at all) is measured per model call."""
+    session, _ = session_on(tmp_path, "import torch\n\nmodel = torch.nn.Sequential(torch.nn.Linear(8, 8), "
+                            "torch.nn.ReLU())\noutputs = []\nfor _ in range(8):\n"
+                            "    outputs.append(model(torch.randn(4, 8)))\n", ["retained-graph"])
+    assert session.backward_calls == 0 and sorted(session.forward_samples) == [2, 4, 8]
+    (m,) = session.measurements()
+    assert m.defect and [(f["code"], f["stack"][0][1]) for f in m.findings] == [("TGL101", 6)]

@@ -58,6 +58,16 @@ def is_user_file(filename: str) -> bool:
     return verdict
 
 
+#: code objects of the wrappers :func:`install` puts around torch's API: they only pass the user's call on
+_PASS_THROUGH: set[Any] = set()
+
+
+def is_probe_frame(frame: Any) -> bool:
+    """``True`` for a frame of torchgradlint's own work (a probe inspecting a tensor), not one of the wrappers
+    that pass the user's own call on to torch."""
+    return os.path.abspath(frame.f_code.co_filename).startswith(_OWN_DIR) and frame.f_code not in _PASS_THROUGH
+
+
 Stack = list[tuple[str, int]]
 
 
@@ -124,6 +134,7 @@ def _wrap_autograd(kind: str, orig: Callable, retain_pos: int, create_pos: int) 
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
     wrapper.__doc__ = orig.__doc__
     wrapper.__name__ = getattr(orig, "__name__", kind)
+    _PASS_THROUGH.add(wrapper.__code__)
     return wrapper
 
 
@@ -151,6 +162,7 @@ def _wrap_mode_op(kind: str, orig: Callable, read: Callable[[tuple, dict], tuple
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
     wrapper.__doc__ = orig.__doc__
     wrapper.__name__ = getattr(orig, "__name__", kind)
+    _PASS_THROUGH.add(wrapper.__code__)
     return wrapper
 
 
@@ -203,6 +215,7 @@ def _track_grad_mode_managers() -> None:
                 GRAD_MODE_SITES.setdefault(key, [0, 0])[0] += 1
                 self.__dict__["_tgl_site"] = key
 
+        _PASS_THROUGH.add(__init__.__code__)
         return __init__
 
     def used(method: Callable) -> Callable:
@@ -214,6 +227,7 @@ def _track_grad_mode_managers() -> None:
 
         wrapper.__name__ = method.__name__
         wrapper.__doc__ = method.__doc__
+        _PASS_THROUGH.add(wrapper.__code__)
         return wrapper
 
     for cls in (grad_mode.no_grad, grad_mode.inference_mode):

@@ -28,7 +28,8 @@ retained-graph     TGL101,      TGL102: >= 0.5 graphs/step kept by retain_graph=
                                 graph growth through graphs backpropagated again
                                 (carried state); TGL101: graph nodes grow >= 0.1 node/step
                                 or saved tensors grow >= 256 B/step (least-squares slope
-                                over N, 2N, 4N steps, growing from N to 4N)
+                                over N, 2N, 4N steps, growing from N to 4N; the peak,
+                                a high-water mark, still rising over the last interval)
 module-mode        TGL201       >= 1 dropout (p > 0, functional, module, attention or
                                 SDPA dropout_p) or batch-norm call in training mode while
                                 grad mode is off, outside update_bn and outside a model
@@ -536,18 +537,22 @@ class RetainedGraphProbe(Probe):
       forward), the bytes of its saved tensors still alive, and whether a later backward
       unpacks them again (reused).
     * checkpoints (the end of a fixture's ``main``; in ``run`` every backward call whose
-      count is 4, 8, 16, ...): graph nodes reachable from each variable of the user's
-      frames (:func:`.holders.graph_holders`), live saved bytes and, in the harness,
-      every live graph node (:func:`count_live_graph_nodes`) and CUDA memory.
+      count is 2, 4, 8, ..., or, in a program without backward, every such top-level model
+      call): graph nodes reachable from each variable of the user's frames
+      (:func:`.holders.graph_holders`), live saved bytes and, in the harness, every live graph node (:func:`count_live_graph_nodes`) and CUDA memory.
 
     Decision over checkpoints at N, 2N, 4N steps (least-squares slope, and the value at
-    4N above the value at N):
+    4N above the value at N; the peak saved bytes, a high-water mark that never falls, must
+    also rise from 2N to 4N: a peak that rises in the first iterations and then levels off
+    is not growth):
     TGL102 when >= 0.5 retained graphs/step are alive at the next forward and never
     reused, or when graphs grow (below) while retained graphs are backpropagated
     again (state carried across iterations), attributed to the retaining call;
     TGL101 when graph nodes grow >= 0.1 node/step or saved tensors >= 256 B/step (or
     saved tensors at their peak >= 1 KiB/step), attributed to the variable whose
-    graph grows and the line that stores into it.
+    graph grows and the line that stores into it (a variable rebound from its own value, with
+    no line that stores into it, is carried state: listed in ``details["carried_state"]``, not
+    TGL101).
     """
 
     name = "retained-graph"
@@ -758,10 +763,18 @@ class RetainedGraphProbe(Probe):
                 return None
             return slope(pts)
 
-        def grows(get: Callable[[dict], Optional[float]], bound: float) -> tuple[Optional[float], bool]:
+        def grows(get: Callable[[dict], Optional[float]], bound: float,
+                  high_water: bool = False) -> tuple[Optional[float], bool]:
+            # the slope, and the last value above the first; a high-water mark (never falls) must
+            # also rise over the last interval: one that rises during warm-up and then levels off
+            # (the first iterations' graphs freed later) is not growth
             s = fit(get)
             a, b = get(first), get(last)
-            return s, s is not None and s >= bound and a is not None and b is not None and b > a
+            ok = s is not None and s >= bound and a is not None and b is not None and b > a
+            if ok and high_water and len(xs) > 2:
+                before_last = get(samples[xs[-2]])
+                ok = before_last is not None and b > before_last
+            return s, ok
 
         node_key = "nodes" if all(samples[x].get("nodes") is not None for x in xs) else "holder_nodes"
         nodes, nodes_grow = grows(lambda s: s.get(node_key), cls.NODE_GROWTH)
@@ -770,12 +783,13 @@ class RetainedGraphProbe(Probe):
             if inrun_grow and not nodes_grow:
                 nodes, nodes_grow = inrun, True
         saved, saved_grow = grows(lambda s: s.get("saved_bytes"), cls.SAVED_GROWTH)
-        peak, peak_grow = grows(lambda s: s.get("peak_saved_bytes"), cls.PEAK_GROWTH)
+        peak, peak_grow = grows(lambda s: s.get("peak_saved_bytes"), cls.PEAK_GROWTH, high_water=True)
         wasted = fit(lambda s: s.get("wasted_retain_calls"))
         heap = fit(lambda s: s.get("heap_bytes"))
         cuda = fit(lambda s: s.get("cuda_allocated"))
         findings: list[dict] = []
         reasons: list[str] = []
+        carried: list[str] = []  # variables whose graph grows with no line that stores into them
         growth_bytes = max([v for v in (saved, peak) if v is not None] or [0.0])
         if wasted is not None and wasted >= cls.WASTED_RETAIN:
             reasons.append(f"retained graphs alive at the next forward, never reused {wasted:+.1f}/step")
@@ -807,6 +821,9 @@ class RetainedGraphProbe(Probe):
                 for hs, key in sorted(growing, reverse=True):
                     path, _, _, name = holder_parts(key)
                     lines = held[xs[-1]][key]["lines"]
+                    if not lines:  # rebound from its own value (carried state, `h = cell(x, h)`): no store
+                        carried.append(name)  # keeps the graph; not TGL101's stored value
+                        continue
                     findings.append(_finding("TGL101", [[path, ln] for ln in lines], round(hs, 2), "nodes/step",
                                              f"`{name}` keeps a growing graph: {hs:+.1f} graph nodes/step"))
                 if not growing:
@@ -819,7 +836,7 @@ class RetainedGraphProbe(Probe):
             "wasted_retain_per_step": wasted, "heap_bytes_per_step": heap, "cuda_allocated_per_step": cuda,
             "seconds_per_step": [round(x, 6) for x in per_step],
             "time_per_step_ratio": round(per_step[-1] / per_step[0], 2) if per_step and per_step[0] > 0 else None,
-            "reasons": reasons,
+            "reasons": reasons, "carried_state": carried,
             "runs": {str(k): v for k, v in samples.items()},
         }
         parts = []

@@ -139,6 +139,7 @@ class AmpClipScaleProbe(Probe):
         self.clips = 0
         self.clipped = 0
         self.measured = 0
+        self.scaled = False  # an enabled GradScaler scaled a loss in this run
         self.sites: dict[str, dict] = {}
         self._pending: list[dict] = []
 
@@ -149,6 +150,7 @@ class AmpClipScaleProbe(Probe):
 
         scaler_cls = _grad_scaler_class()
         _patch(stack, scaler_cls, "get_scale", _tag_scale)
+        _patch(stack, scaler_cls, "scale", self._wrap_scale)
         _patch(stack, clip_grad, "_clip_grads_with_norm_", self._wrap_norm)
         value = self._wrap_value(clip_grad.clip_grad_value_)
         for owner in (clip_grad, nn_utils):
@@ -156,6 +158,14 @@ class AmpClipScaleProbe(Probe):
             setattr(owner, "clip_grad_value_", value)
             stack.callback(setattr, owner, "clip_grad_value_", orig)
         stack.callback(register_optimizer_step_pre_hook(self._pre_step).remove)
+
+    def _wrap_scale(self, orig: Callable) -> Callable:
+        def scale(scaler: Any, outputs: Any) -> Any:
+            if scaler.is_enabled():
+                self.scaled = True
+            return orig(scaler, outputs)
+
+        return scale
 
     def _wrap_norm(self, orig: Callable) -> Callable:
         def clip(parameters: Any, max_norm: Any, total_norm: Any, foreach: Any = None) -> Any:
@@ -180,6 +190,8 @@ class AmpClipScaleProbe(Probe):
         return clip_grad_value_
 
     def _record(self, kind: str, params: list, threshold: Any, before: float, measure: Callable) -> None:
+        if not self.scaled:  # no GradScaler has scaled a loss: no scale factor for a clip to miss
+            return
         self.clips += 1
         ids = {id(p) for p in params}
         self._pending = [r for r in self._pending if not (r["after"].keys() & ids)]  # superseded

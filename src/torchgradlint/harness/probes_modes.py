@@ -87,11 +87,17 @@ class GradModeLeakProbe(Probe):
         self._claimed: set[int] = set()
 
     # switches --------------------------------------------------------------------------------
-    def _switched(self, mode: bool) -> None:
+    def _switched(self, mode: bool, was: bool) -> None:
         if mode:
             self._site = None
             return
-        frame = _user_frame(sys._getframe(2))
+        if not was:  # already off (a ``no_grad`` exit restoring off): the switch in force stays the one
+            return
+        frame = sys._getframe(2)
+        while frame is not None and not instrument.is_user_file(frame.f_code.co_filename):
+            if instrument.is_probe_frame(frame):  # a probe's own no_grad, not the program's
+                return
+            frame = frame.f_back
         if frame is None:
             return
         self._site = (frame, frame.f_lineno, [list(s) for s in instrument.user_stack(frame=frame)])
@@ -102,8 +108,9 @@ class GradModeLeakProbe(Probe):
         probe = self
 
         def __init__(self: Any, mode: bool) -> None:
+            was = torch.is_grad_enabled()
             original(self, mode)
-            probe._switched(bool(mode))
+            probe._switched(bool(mode), was)
 
         previous = torch.is_grad_enabled()
         stack.callback(torch._C._set_grad_enabled, previous)

@@ -6,9 +6,9 @@ probe              rules        defect when
 gradcheck-power    TGL304       >= 1 gradcheck/gradgradcheck call that cannot tell right
                                 from wrong: the correct function fails it, or the same
                                 function with a backward 1 % too large passes it
-ctx-tensors        TGL104       >= 1 custom-Function output still alive after ``main``
-                                returned with gc disabled and freed by ``gc.collect()``
-                                (held only by a ctx reference cycle),
+ctx-tensors        TGL104       >= 1 custom-Function output stored on its ctx and freed
+                                by the cyclic garbage collector (held only by the ctx
+                                reference cycle; gc stays on, its runs are watched),
                                 or >= 1 backward that read a tensor stored on ctx after it
                                 was modified in place (a silently wrong gradient)
 nan-parameters     TGL305       >= 1 non-finite parameter element after an optimizer step
@@ -179,10 +179,12 @@ class CtxTensorProbe(Probe):
     every output and records, for every tensor stored in ``ctx.__dict__``, its version counter
     (``Tensor._version``). Before each backward it compares the versions: a stored tensor modified in
     place since forward means backward computes with changed values, silently (``save_for_backward``
-    checks the version and raises). Garbage collection is disabled during the run; when ``main`` has
-    returned, the outputs stored on their own ctx and still alive (other than those ``main``'s locals
-    held at its return) that ``gc.collect()`` then frees were held only by the reference cycle
-    output -> ``grad_fn`` = ctx -> output: the dead outputs that wait for the cyclic collector.
+    checks the version and raises). Each output stored on its own ctx gets a weak reference whose
+    callback notes whether the output is freed *by the cyclic garbage collector* (a ``gc.callbacks``
+    entry marks the collector's runs): such an output was held only by the reference cycle output ->
+    ``grad_fn`` = ctx -> output, a dead output that waited for the collector. When the run ends one
+    ``gc.collect()`` frees those still waiting (not those ``main``'s locals held at its return). The
+    collector keeps running as usual: nothing is disabled.
 
     Attribution: the line that stored the tensor on ``ctx`` (``ctx.out = out``), seen by a
     ``__setattr__`` on ``BackwardCFunction`` (the class of every custom Function's ctx) while a
@@ -194,9 +196,8 @@ class CtxTensorProbe(Probe):
     name = "ctx-tensors"
     unit = "tensors"
     needs_frame = True
-    threshold = (">= 1 custom-Function output stored on its ctx, alive after main returned with gc disabled and "
-                 "freed only by gc.collect() (the ctx reference cycle), or >= 1 ctx-attribute tensor modified in place "
-                 "before backward read it")
+    threshold = (">= 1 custom-Function output stored on its ctx and freed only by the cyclic garbage collector "
+                 "(the ctx reference cycle), or >= 1 ctx-attribute tensor modified in place before backward read it")
 
     def __init__(self) -> None:
         super().__init__()
@@ -206,8 +207,9 @@ class CtxTensorProbe(Probe):
         self.stale_reads = 0
         self.dead_outputs = 0
         self.dead_bytes = 0
-        self._outputs: list[tuple[weakref.ref, Optional[tuple[str, list]]]] = []  # output, (ctx attribute, stack)
-        self._prune_at = 1024
+        # outputs stored on their own ctx: weakref -> (output id, bytes, ctx attribute, stack of the store)
+        self._outputs: dict[weakref.ref, tuple[int, int, str, list]] = {}
+        self._collecting = False  # the cyclic collector is running
         self._main_locals: set[int] = set()
         self._versions: dict[int, list[tuple[weakref.ref, int, str, list]]] = {}
         self._forward_depth = 0
@@ -217,9 +219,8 @@ class CtxTensorProbe(Probe):
         from torch.autograd.function import BackwardCFunction, _SingleLevelFunction
 
         probe = self
-        was_enabled = gc.isenabled()
-        gc.disable()
-        stack.callback(lambda: gc.enable() if was_enabled else None)
+        gc.callbacks.append(self._gc_phase)
+        stack.callback(gc.callbacks.remove, self._gc_phase)
 
         def forward_apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
             probe._forward_depth += 1
@@ -253,7 +254,7 @@ class CtxTensorProbe(Probe):
             stack.callback(setattr, BackwardCFunction, "__setattr__", orig_setattr)
         else:
             stack.callback(delattr, BackwardCFunction, "__setattr__")
-        stack.callback(self._count_dead_outputs)  # runs first: main has returned, gc still off
+        stack.callback(self._count_dead_outputs)  # runs first: main has returned
 
     def _after_forward(self, result: Any) -> None:
         self.forwards += 1
@@ -263,10 +264,10 @@ class CtxTensorProbe(Probe):
         stored = [(name, t) for name, v in (vars(ctx).items() if ctx is not None else ()) for t in _tensors_in(v)]
         apply_stack = self.user_stack() if stored else []
         where = {id(t): (name, stores.get(name) or apply_stack) for name, t in stored}
-        self._outputs.extend((weakref.ref(t), where.get(id(t))) for t in outputs)
-        if len(self._outputs) >= self._prune_at:  # a long run: forget the outputs already freed
-            self._outputs = [(r, w) for r, w in self._outputs if r() is not None]
-            self._prune_at = max(1024, 2 * len(self._outputs))
+        for t in outputs:
+            if id(t) in where:  # an output stored on its own ctx: a reference cycle through grad_fn
+                name, stack = where[id(t)]
+                self._outputs[weakref.ref(t, self._freed)] = (id(t), t.numel() * t.element_size(), name, stack)
         if ctx is None:
             return
         self.ctx_tensors += len(stored)
@@ -286,21 +287,24 @@ class CtxTensorProbe(Probe):
         lazy import inside torch can leave ``main``'s frame in an unrelated garbage cycle."""
         self._main_locals = {id(t) for v in frame.f_locals.values() for t in _tensors_in(v)}
 
+    def _gc_phase(self, phase: str, info: dict) -> None:
+        self._collecting = phase == "start"
+
+    def _freed(self, ref: weakref.ref) -> None:
+        """An output stored on its own ctx was freed: a dead output when the cyclic collector freed it."""
+        rec = self._outputs.pop(ref, None)
+        if rec is None or not self._collecting or rec[0] in self._main_locals:
+            return  # freed by reference counting (the cycle was broken), or held by main at its return
+        _, size, name, stack = rec
+        self.dead_outputs += 1
+        self.dead_bytes += size
+        self.attribute("TGL104", f"output stored as ctx.{name} kept alive by a reference cycle until "
+                                 f"gc.collect()", stack=stack)
+
     def _count_dead_outputs(self) -> None:
-        """Outputs alive now (``main`` returned, gc off) that ``gc.collect()`` frees: held only by a cycle."""
-        before = {id(r): (r, w) for r, w in self._outputs if r() is not None and id(r()) not in self._main_locals}
-        sizes = {k: r().numel() * r().element_size() for k, (r, _) in before.items()}
-        self._outputs.clear()
+        """The run ended (``main`` returned): collect once, so that dead outputs still waiting are counted."""
         gc.collect()
-        # only outputs their own ctx holds: another cycle (a frame kept by a traceback, a lazy import)
-        # that frees an output is not this defect
-        freed = [k for k, (r, w) in before.items() if r() is None and w is not None]
-        self.dead_outputs = len(freed)
-        self.dead_bytes = sum(sizes[k] for k in freed)
-        for k in freed:
-            name, stack = before[k][1]
-            self.attribute("TGL104", f"output stored as ctx.{name} kept alive by a reference cycle until "
-                                     f"gc.collect()", stack=stack)
+        self._outputs.clear()
 
     def sample(self) -> dict:
         """Counts: ``forwards``/``backwards`` of custom Functions, ``ctx_tensors`` stored as attributes,
@@ -339,12 +343,21 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(torch.stack(ns)).all()) for ns in by_dtype.values())
 
 
+def _eps_vanishes(group: dict, dtype: torch.dtype) -> bool:
+    """Whether the parameter group's ``eps`` (a float) rounds to 0 in ``dtype``."""
+    eps = group.get("eps")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
+        return False
+    return float(torch.tensor(float(eps), dtype=dtype)) == 0.0
+
+
 class NanParameterProbe(Probe):
     """Counts parameter elements an optimizer step turned into NaN or infinity.
 
     A global optimizer step post-hook (:func:`torch.optim.optimizer.register_optimizer_step_post_hook`)
-    counts, after every ``step()``, the non-finite elements of every parameter the optimizer owns,
-    and the parameters' dtypes. Parameters are initialised finite by every fixture, so a non-finite
+    counts, after every ``step()``, the non-finite elements of every parameter the optimizer owns in
+    a dtype where its parameter group's ``eps`` rounds to 0 (the rule's cause; an optimizer without
+    ``eps``, or float32 parameters, diverging to NaN is another defect), and the parameters' dtypes. Parameters are initialised finite by every fixture, so a non-finite
     element is the step's doing (Adam's ``0 / (0 + eps)`` with eps rounded to 0 in float16).
 
     Attribution: where the optimizer was built (a wrapper around ``torch.optim.Optimizer.__init__``,
@@ -356,7 +369,7 @@ class NanParameterProbe(Probe):
 
     name = "nan-parameters"
     unit = "elements"
-    threshold = ">= 1 NaN/inf parameter element after an optimizer step"
+    threshold = ">= 1 NaN/inf parameter element after an optimizer step, in a dtype where the group's eps rounds to 0"
 
     def __init__(self) -> None:
         super().__init__()
@@ -388,8 +401,10 @@ class NanParameterProbe(Probe):
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps_total += 1
+        # TGL305's defect: parameters of a dtype in which the group's eps rounds to 0 (Adam's eps=1e-8 in
+        # float16); a float32 SGD step that diverges to NaN is another defect
         params = [p for group in optimizer.param_groups for p in group["params"]
-                  if isinstance(p, torch.Tensor) and p.is_floating_point()]
+                  if isinstance(p, torch.Tensor) and p.is_floating_point() and _eps_vanishes(group, p.dtype)]
         for p in params:
             if p.dtype not in self._dtypes:
                 self._dtypes.add(p.dtype)

@@ -20,6 +20,8 @@ clipping functions of ``torch.nn.utils.clip_grad`` (restored afterwards).
 
 from __future__ import annotations
 
+import math
+import sys
 import weakref
 from contextlib import ExitStack
 from typing import Any, Callable, Iterable, Optional
@@ -64,24 +66,33 @@ class DiscardedGradientProbe(Probe):
       backward (counted through :mod:`.instrument`) adds into its ``.grad``, the
       backward joins the parameter's *pending* set when the result is finite and
       not all zero (a non-finite gradient is one a skip guard rightly throws away);
+      a backward run inside an optimizer's ``step()`` (an L-BFGS closure) is used
+      by that step, never pending;
     * the pending set is *consumed* by an optimizer step (global step post-hook)
-      over that parameter;
-    * it is *discarded* when the gradient is found reset (``None`` or all zero)
-      while pending: inside ``Optimizer.zero_grad`` / ``Module.zero_grad``
-      (wrapped while observed; the finding carries that call's stack), or, for a
-      reset by assignment (``p.grad = None``) or in place (``p.grad.zero_()``),
-      before the parameter's next backward adds into it (a tensor hook) or at the
-      next step (no stack).
+      over that parameter: its backwards are *used*;
+    * it is *discarded* when the gradient is reset while pending: inside
+      ``Optimizer.zero_grad`` / ``Module.zero_grad`` (wrapped while observed), or
+      by an assignment to ``p.grad`` of an ``nn.Parameter`` (a ``grad`` property on
+      ``nn.Parameter`` while observed, delegating to the tensor's own), each with
+      the stack of that call or assignment; a reset in place (``p.grad.zero_()``)
+      or on a plain tensor is found before the parameter's next backward adds into
+      it (a tensor hook; the stack of that backward) or, set to ``None``, at the
+      next step (no stack). An all-zero gradient found at a step is not a reset:
+      a clip whose norm overflowed scales gradients by 0 in place (that step used
+      them).
 
-    Only parameters that some optimizer stepped during the run count.
+    A backward counts as discarded when a reset dropped its gradients on a
+    parameter some optimizer steps and no optimizer step used any of its
+    gradients: a GAN's generator backward also fills the discriminator's
+    gradients, which the discriminator's reset rightly drops.
     Figure: discarded backwards out of all accumulating backwards in the run at N.
     Threshold: defect when >= 1.
     """
 
     name = "discarded-gradients"
     unit = "backwards"
-    threshold = (">= 1 backward whose finite, non-zero gradient on a stepped parameter was reset before any "
-                 "optimizer step used it")
+    threshold = (">= 1 backward whose finite, non-zero gradients on stepped parameters were reset before any "
+                 "optimizer step used any of them")
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,6 +101,8 @@ class DiscardedGradientProbe(Probe):
         self._pending: dict[int, set[int]] = {}
         self._hooked: dict[int, list] = {}
         self._stepped: set[int] = set()
+        self._stepping: dict[int, int] = {}  # parameter id -> optimizer steps in progress over it
+        self._used: set[int] = set()  # backwards some step used
         self._discards: list[tuple[int, int, tuple]] = []  # (param id, backward id, stack)
 
     # -- hooks -----------------------------------------------------------------------------------
@@ -103,6 +116,32 @@ class DiscardedGradientProbe(Probe):
         stack.callback(self._remove_param_hooks)
         for owner in (torch.optim.Optimizer, torch.nn.Module):
             _patch(stack, owner, "zero_grad", self._wrap_zero_grad)
+        self._watch_grad_assignment(stack)
+
+    def _watch_grad_assignment(self, stack: ExitStack) -> None:
+        """``nn.Parameter.grad`` as a property over the tensor's own ``grad`` (same values; the setter
+        notes a reset while gradients are pending) until ``stack`` closes."""
+        cls = torch.nn.Parameter
+        if "grad" in cls.__dict__:  # another observer's property is in place: leave it
+            return
+        base = torch._C.TensorBase.__dict__["grad"]
+        probe = self
+
+        def fget(p: torch.Tensor) -> Any:
+            return base.__get__(p, type(p))
+
+        def fset(p: torch.Tensor, value: Any) -> None:
+            base.__set__(p, value)
+            if probe._pending.get(id(p)):
+                probe._check_reset(p, tuple(tuple(s) for s in instrument.user_stack(frame=sys._getframe(1))))
+
+        def fdel(p: torch.Tensor) -> None:
+            base.__delete__(p)
+            if probe._pending.get(id(p)):
+                probe._check_reset(p, tuple(tuple(s) for s in instrument.user_stack(frame=sys._getframe(1))))
+
+        cls.grad = property(fget, fset, fdel, base.__doc__)  # type: ignore[assignment]
+        stack.callback(delattr, cls, "grad")
 
     def _remove_param_hooks(self) -> None:
         for handles in self._hooked.values():
@@ -119,8 +158,9 @@ class DiscardedGradientProbe(Probe):
 
         def before(grad: torch.Tensor) -> None:
             param = ref()
-            if param is not None:
-                self._check_reset(param)  # a reset by assignment or in place, seen before the addition
+            if param is not None and self._pending.get(pid):
+                # a reset in place (or on a plain tensor), seen before the addition: at this backward
+                self._check_reset(param, tuple(tuple(s) for s in instrument.user_stack()), zero=True)
             return None
 
         self._hooked[pid] = [p.register_hook(before), p.register_post_accumulate_grad_hook(self._accumulated)]
@@ -135,13 +175,14 @@ class DiscardedGradientProbe(Probe):
             self.backwards += 1
 
     # -- state -----------------------------------------------------------------------------------
-    def _check_reset(self, p: torch.Tensor, stack: tuple = ()) -> None:
-        """Record the pending backwards of ``p`` as discarded if its gradient was reset."""
+    def _check_reset(self, p: torch.Tensor, stack: tuple = (), zero: bool = True) -> None:
+        """Record the pending backwards of ``p`` as discarded if its gradient was reset (``None``, or all
+        zero when ``zero``)."""
         pending = self._pending.get(id(p))
         if not pending:
             return
         g = p.grad
-        if g is None or not bool(g.detach().ne(0).any()):
+        if g is None or (zero and not bool(g.detach().ne(0).any())):
             self._discards += [(id(p), b, stack) for b in pending]
             pending.clear()
 
@@ -149,11 +190,15 @@ class DiscardedGradientProbe(Probe):
         g = p.grad
         if g is None:
             return
-        g = g.detach()
+        if self._stepping.get(id(p)):  # inside a step (an L-BFGS closure): that step uses it
+            self._used.add(self.backwards)
+            return
+        # one reduction and one host sync: max |g| is inf/NaN iff an element is, 0 iff all are
+        largest = float(g.detach().abs().amax()) if g.numel() else 0.0
         pending = self._pending.setdefault(id(p), set())
-        if not bool(torch.isfinite(g).all()):
+        if not math.isfinite(largest):
             pending.clear()  # non-finite: a skip guard throws it away on purpose
-        elif bool(g.ne(0).any()):
+        elif largest > 0:
             pending.add(self.backwards)
 
     def _wrap_zero_grad(self, original: Callable) -> Callable:
@@ -175,23 +220,30 @@ class DiscardedGradientProbe(Probe):
         for p in _params(optimizer):
             self._hook(p)
             self._stepped.add(id(p))
-            self._check_reset(p)
+            self._stepping[id(p)] = self._stepping.get(id(p), 0) + 1
+            self._check_reset(p, zero=False)
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.optimizer_steps += 1
         for p in _params(optimizer):
+            n = self._stepping.get(id(p), 0)
+            if n > 1:
+                self._stepping[id(p)] = n - 1
+            else:
+                self._stepping.pop(id(p), None)
             pending = self._pending.get(id(p))
             if pending:
+                self._used.update(pending)
                 pending.clear()
 
     # -- decision --------------------------------------------------------------------------------
     def sample(self) -> dict:
-        """``backwards``, optimizer ``steps``, ``discarded`` backwards (on stepped parameters) and,
-        per reset call site (its stack), how many backwards it discarded."""
+        """``backwards``, optimizer ``steps``, ``discarded`` backwards (reset on stepped parameters, used by
+        no step) and, per reset site (its stack), how many backwards it discarded."""
         discarded: set[int] = set()
         sites: dict[tuple, set[int]] = {}
         for pid, backward, stack in self._discards:
-            if pid in self._stepped:
+            if pid in self._stepped and backward not in self._used:
                 discarded.add(backward)
                 sites.setdefault(stack, set()).add(backward)
         return {"backwards": self.backwards, "steps": self.optimizer_steps, "discarded": len(discarded),

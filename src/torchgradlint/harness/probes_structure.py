@@ -205,6 +205,15 @@ def random_in_eval(func: Any, args: tuple, kwargs: dict) -> bool:
     return False
 
 
+def _autocast_state() -> tuple:
+    """``((device_type, dtype), ...)`` of the autocast regions active now (CPU, and CUDA when present)."""
+    out = []
+    for device_type in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+        if torch.is_autocast_enabled(device_type):
+            out.append((device_type, torch.get_autocast_dtype(device_type)))
+    return tuple(out)
+
+
 class _RandomCalls(TorchFunctionMode):
     """Records the user's call stack of every call that :func:`random_in_eval` flags (results unchanged)."""
 
@@ -256,16 +265,21 @@ class EvalSpreadProbe(Probe):
         if not isinstance(args, tuple) or not any(isinstance(a, torch.Tensor) for a in args):
             return
         kept = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
-        self._last[id(module)] = (module, kept)
+        self._last[id(module)] = (module, kept, _autocast_state())
 
     def _install(self, stack: ExitStack) -> None:
         _TopLevelCalls(self._on_call).install(stack)
 
-    def _spread(self, module: torch.nn.Module, args: tuple, calls: _RandomCalls) -> float:
+    def _spread(self, module: torch.nn.Module, args: tuple, calls: _RandomCalls,
+                autocast: tuple = ()) -> Optional[float]:
+        """Mean std of :attr:`REPEATS` eval-mode predictions, under the autocast the last call ran in;
+        ``None`` when a repeat raises (not judged)."""
         was_training = module.training
         module.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), ExitStack() as amp:
+                for device_type, dtype in autocast:
+                    amp.enter_context(torch.autocast(device_type=device_type, dtype=dtype))
                 outs = []
                 for _ in range(self.REPEATS):
                     with calls:
@@ -274,6 +288,8 @@ class EvalSpreadProbe(Probe):
                         return 0.0
                     outs.append(out.detach().double())
             return float(torch.stack(outs).std(dim=0).mean())
+        except Exception:  # noqa: BLE001 - the re-run of the user's model failed: nothing measured
+            return None
         finally:
             module.train(was_training)
 
@@ -281,10 +297,14 @@ class EvalSpreadProbe(Probe):
         """Per top-level module class: the mean std of its repeated eval predictions (float64)."""
         spreads: dict[str, float] = {}
         other: dict[str, float] = {}
-        for module, args in self._last.values():
+        failed: list[str] = []
+        for module, args, autocast in self._last.values():
             key = type(module).__name__
             calls = _RandomCalls()
-            spread = self._spread(module, args, calls)
+            spread = self._spread(module, args, calls, autocast)
+            if spread is None:
+                failed.append(key)
+                continue
             if not calls.stacks:  # varies for another reason (a module built anew in each forward): not dropout
                 other[key] = max(other.get(key, 0.0), spread)
                 continue
@@ -295,7 +315,8 @@ class EvalSpreadProbe(Probe):
                     self.attribute("TGL203", what, amount=calls.stacks.count(stack) / self.REPEATS, stack=stack,
                                    unit="dropout calls/forward")
         self._last.clear()
-        return {"spreads": spreads, "max_spread": max(spreads.values(), default=0.0), "other_spreads": other}
+        return {"spreads": spreads, "max_spread": max(spreads.values(), default=0.0), "other_spreads": other,
+                "rerun_failed": failed}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:

@@ -38,8 +38,11 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 #: the five core rules (``--probes`` takes codes: ``--probes TGL001,TGL101``)
 CORE_RULES = ["TGL001", "TGL002", "TGL101", "TGL102", "TGL201"]
 
-#: backward calls at which ``run`` samples graphs (4, 8, 16, ...): a few samples per run
-FIRST_CHECKPOINT = 4
+#: backward calls at which ``run`` samples graphs (2, 4, 8, ...): a few samples per run
+FIRST_CHECKPOINT = 2
+#: checkpoints a growth fit needs: three (2, 4 and 8 backward calls), so that a value rising during the
+#: first iterations and then level is told from growth
+MIN_CHECKPOINTS = 3
 
 
 class Session:
@@ -64,6 +67,16 @@ class Session:
                 else known[name]()
         self.samples: dict[int, dict] = {}
         self.backward_calls = 0
+        #: a program with no backward (an evaluation script) is sampled at its top-level forwards instead
+        self.forward_samples: dict[int, dict] = {}
+        self.forward_calls = 0
+        self._forward_depth = 0
+        self._next_forward = FIRST_CHECKPOINT
+        self._forward_hooks: list = []
+        self._outside: set[int] = set()
+        #: ``(path, line)``: the outermost line of the user's code seen at the first backward or forward (the
+        #: script's call into its training); where a finding without any line of its own is reported
+        self.entry: Optional[tuple[str, int]] = None
         self.device = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
         self.claimed: Optional[BaseException] = None
         self._next = FIRST_CHECKPOINT
@@ -75,13 +88,29 @@ class Session:
     # lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Session":
         instrument.install()
+        f, self._outside = sys._getframe(1), set()
+        while f is not None:  # the frames that entered the session: alive until it ends
+            self._outside.add(id(f))
+            f = f.f_back
         self._stack = contextlib.ExitStack()
         for probe in self.probes.values():
             self._stack.enter_context(probe.observe(self.device))
         instrument.LISTENERS.append(self)
         self._stack.callback(instrument.LISTENERS.remove, self)
+        # top-level forwards until the first backward: the entry line, and growth checkpoints of a program
+        # that never calls backward
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._forward_hooks = [register_module_forward_pre_hook(self._pre_forward),
+                               register_module_forward_hook(self._post_forward, always_call=True)]
+        self._stack.callback(self._remove_forward_hooks)
         self._t0 = time.perf_counter()
         return self
+
+    def _remove_forward_hooks(self) -> None:
+        for handle in self._forward_hooks:
+            handle.remove()
+        self._forward_hooks = []
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc is not None:
@@ -93,14 +122,46 @@ class Session:
             self._stack = None
 
     # checkpoints ---------------------------------------------------------------------------------
+    def _note_entry(self, frame: Any) -> None:
+        """The outermost user frame below the one that entered the session (not ``run``'s launcher)."""
+        outer = None
+        f = frame
+        while f is not None and id(f) not in self._outside:
+            if instrument.is_user_file(f.f_code.co_filename):
+                outer = f
+            f = f.f_back
+        if outer is not None:
+            self.entry = instrument.user_stack(limit=1, frame=outer)[0]
+
     def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
         self.backward_calls += 1
+        if self._forward_hooks:  # training: backward calls are the steps; forwards need no watching
+            if self.entry is None:
+                self._note_entry(sys._getframe(1))
+            self._remove_forward_hooks()
         if self.backward_calls >= self._next:
             self._next *= 2
             self.checkpoint(instrument.user_frames(frame=sys._getframe(1)))
 
-    def checkpoint(self, frames: Sequence[Any]) -> None:
-        """Sample the retained-graph probe now, keyed by the backward calls so far."""
+    def _pre_forward(self, module: Any, args: Any) -> None:
+        self._forward_depth += 1
+        if self._forward_depth == 1:  # a top-level module call (the model, not its layers)
+            if self.entry is None:
+                self._note_entry(sys._getframe(1))
+            self.forward_calls += 1
+            if self.forward_calls >= self._next_forward:
+                self._next_forward *= 2
+                self.checkpoint(instrument.user_frames(frame=sys._getframe(1)), self.forward_samples,
+                                self.forward_calls)
+        return None
+
+    def _post_forward(self, module: Any, args: Any, output: Any) -> None:
+        self._forward_depth = max(0, self._forward_depth - 1)
+        return None
+
+    def checkpoint(self, frames: Sequence[Any], into: Optional[dict] = None, key: Optional[int] = None) -> None:
+        """Sample the retained-graph probe now, into ``into`` (default :attr:`samples`) keyed by ``key``
+        (default: the backward calls so far)."""
         probe = self.probes.get(RetainedGraphProbe.name)
         if not isinstance(probe, RetainedGraphProbe):
             return
@@ -110,33 +171,44 @@ class Session:
             sample["cuda_allocated"] = int(torch.cuda.memory_allocated())
             sample["cuda_max_allocated"] = int(torch.cuda.max_memory_allocated())
         sample["seconds"] = round(time.perf_counter() - self._t0, 4)
-        self.samples[self.backward_calls] = sample
+        (self.samples if into is None else into)[self.backward_calls if key is None else key] = sample
 
     # results -------------------------------------------------------------------------------------
+    def growth_samples(self) -> Optional[dict[int, dict]]:
+        """The retained-graph checkpoints to fit growth on: by backward call, else (a program without
+        backward) by top-level forward; ``None`` with fewer than :data:`MIN_CHECKPOINTS`."""
+        for samples in (self.samples, self.forward_samples):
+            if len(samples) >= MIN_CHECKPOINTS:
+                return samples
+        return None
+
     def measurements(self) -> list[Measurement]:
-        """Each probe's measurement; the retained-graph probe's needs >= 3 checkpoints (16 backward calls)."""
+        """Each probe's measurement; the retained-graph probe's needs :data:`MIN_CHECKPOINTS` checkpoints."""
         out = []
         for name, probe in self.probes.items():
             if isinstance(probe, RetainedGraphProbe):
-                if len(self.samples) < 3:
-                    continue
-                out.append(probe.judge(self.samples))
+                samples = self.growth_samples()
+                if samples is not None:
+                    out.append(probe.judge(samples))
             else:
                 out.append(type(probe).judge({1: probe.collect()}))
         return out
 
     def notes(self) -> list[str]:
         """What could not be measured, for the user."""
-        if RetainedGraphProbe.name in self.probes and len(self.samples) < 3:
-            return [f"retained-graph: {self.backward_calls} backward call(s); growth needs 3 checkpoints "
-                    f"(at least {FIRST_CHECKPOINT * 4} backward calls): TGL101/TGL102 not measured"]
+        if RetainedGraphProbe.name in self.probes and self.growth_samples() is None:
+            need = FIRST_CHECKPOINT * 2 ** (MIN_CHECKPOINTS - 1)
+            return [f"retained-graph: {self.backward_calls} backward call(s), {self.forward_calls} top-level "
+                    f"forward(s); growth needs {MIN_CHECKPOINTS} checkpoints (at least {need} backward calls, or "
+                    f"{need} model calls in a program without backward): TGL101/TGL102 not measured"]
         return []
 
     def diagnostics(self, confirm: bool = True) -> list[Diagnostic]:
         """One diagnostic per measured finding, at the user's line; ``confirm`` compares with ``check``."""
         findings = [f for m in self.measurements() for f in m.findings]
         static = _static_findings({p for f in findings for p, _ in f["stack"]}) if confirm else None
-        return sorted((to_diagnostic(f, static, self.program) for f in findings), key=lambda d: d.sort_key)
+        return sorted((to_diagnostic(f, static, self.program, self.entry) for f in findings),
+                      key=lambda d: d.sort_key)
 
 
 def _static_findings(paths: set) -> dict[str, set]:
@@ -178,13 +250,17 @@ def _span(path: str, line: int) -> tuple[int, int]:
     return 1, 1
 
 
-def to_diagnostic(finding: dict, static: Optional[dict[str, set]], program: Optional[str] = None) -> Diagnostic:
+def to_diagnostic(finding: dict, static: Optional[dict[str, set]], program: Optional[str] = None,
+                  entry: Optional[tuple[str, int]] = None) -> Diagnostic:
     """A measured finding as a diagnostic at the line that caused it.
 
     The line is the frame of the finding's stack that the static linter flags with the same
     code (then the message says the static finding was confirmed), else the first frame
-    outside installed packages; a finding without a stack is reported at line 1 of
-    ``program`` (default ``sys.argv[0]``).
+    outside installed packages. A finding without a stack (the probe saw the defect where
+    no line of the user's code was running) is reported at ``entry``, the outermost line of
+    the user's code seen when the program first ran a model or a backward, else at the first
+    statement of ``program`` (default ``sys.argv[0]``), and its message says that no line was
+    attributed: never at a line 1 that holds no code.
     """
     code = finding["code"]
     stack = [(p, int(line)) for p, line in finding["stack"]]
@@ -202,11 +278,32 @@ def to_diagnostic(finding: dict, static: Optional[dict[str, set]], program: Opti
         path, line = next(((p, ln) for p, ln in stack if not _installed(p)), stack[0])
         note = "not reported by `torchgradlint check`" if static is not None else ""
     else:
-        path, line = program or (sys.argv[0] if sys.argv and sys.argv[0] else "<run>"), 1
-        note = "no line attributed"
+        if entry is not None:
+            path, line = entry
+            where = "reported at the program's first line that ran a model or backward"
+        else:
+            path = program or (sys.argv[0] if sys.argv and sys.argv[0] else "<run>")
+            line = first_statement(path)
+            where = "reported at the program's first statement"
+        note = f"no line attributed: the probe saw no line of your code; {where}"
     col, end_col = _span(path, line)
     message = f"{name}: measured at run time: {finding['display']}" + (f" ({note})" if note else "")
     return Diagnostic(code, message, _display_path(path), line, col, line, end_col)
+
+
+def first_statement(path: str) -> int:
+    """Line of the first statement of the Python file ``path`` after its docstring (1 if unreadable)."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            body = ast.parse(fh.read()).body
+    except (OSError, SyntaxError, ValueError):
+        return 1
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str) and len(body) > 1:
+        body = body[1:]
+    return body[0].lineno if body else 1
 
 
 def render(diagnostics: Sequence[Diagnostic], fmt: str) -> str:
@@ -257,6 +354,8 @@ class watch(contextlib.ContextDecorator):  # noqa: N801 - used like a function: 
 
     def __enter__(self) -> "watch":
         self.session = Session(self.probe_names).__enter__()
+        here = instrument.user_stack(limit=1, frame=sys._getframe(1))
+        self.session.entry = here[0] if here else None  # the block's own line: where a finding without one goes
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
