@@ -230,7 +230,7 @@ class _Builder:
                 mode = grad_mode.other_decorator(qn or dotted_name(call.func if call else expr) or "",
                                                  bool(self.m.functions.get(qn or "")), self.m.project)
             if mode is not None:
-                scope.decorator_region = Region(node, mode, "decorator", qn or "", self.n)
+                scope.decorator_region = Region(node, mode, "decorator", qn or "", self.n, decorator=dec)
         if cls is not None:
             cls.methods[node.name.value] = scope
         self.m.functions.setdefault(node.name.value, []).append(scope)

@@ -51,6 +51,8 @@ class Region:
     end: int = -1
     flag: Optional[cst.BaseExpression] = None
     """The non-literal flag of ``set_grad_enabled(flag)`` (mode ``UNKNOWN``)."""
+    decorator: Optional[cst.Decorator] = None
+    """For a ``"decorator"`` region, the decorator that opened it (``node`` is the function)."""
 
 
 @dataclass(eq=False)

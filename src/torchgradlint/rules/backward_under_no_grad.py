@@ -242,9 +242,7 @@ with torch.no_grad():
                 continue
             what = model.module.code_for_node(evidence).strip()
             what = what if len(what) <= 60 and "\n" not in what else "its parameters made trainable"
-            at = next((d for d in getattr(fwd.node, "decorators", ())
-                       if region.api.rsplit(".", 1)[-1] in model.module.code_for_node(d.decorator)), region.node)
-            yield Finding.from_text(at, (
+            yield Finding.from_text(region.decorator or region.node, (
                 f"`{cls}.forward` runs under `@{region.api}`, but the class can be made trainable (`{what}`): "
                 "once unfrozen, no gradient reaches its parameters through its output, so tuning it silently "
                 "does nothing; drop the decorator and freeze with `requires_grad_(False)` instead (or switch "
