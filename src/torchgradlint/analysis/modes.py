@@ -253,17 +253,13 @@ def parameter_class(model: FileModel, fn: Scope, param: str, attr_text: Optional
             if p.name.value == param and p.annotation is not None:
                 ann = dotted_name(p.annotation.annotation)
                 return ann if ann in module_classes(model) else None
-    init = fn.class_name is not None and fn.name == "__init__"
+    if fn.class_name is not None and fn.name == "__init__":
+        sites = [c for c in model.calls if c.func_text == fn.class_name]  # ``Trainer(model)``
+    else:
+        sites = model.callers_of(fn)
     passed: set[Optional[str]] = set()
-    for c in model.calls:
-        if init and c.func_text == fn.class_name:  # ``Trainer(model)``
-            arg = argument_for(c, fn, param)
-        elif not init and c.func_text and c.func_text.rsplit(".", 1)[-1] == fn.name \
-                and fn in model.resolve_callee(c):
-            arg = argument_for(c, fn, param)
-        else:
-            continue
-        arg = unwrap(arg)
+    for c in sites:
+        arg = unwrap(argument_for(c, fn, param))
         passed.add(arg.func.value if isinstance(arg, cst.Call) and isinstance(arg.func, cst.Name)
                    and arg.func.value in module_classes(model) else None)
     if passed:
@@ -446,23 +442,10 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
 def _bindings_sensitive(model: FileModel, text: str, bindings: list) -> Optional[bool]:
     """:func:`mode_sensitive` over the given bindings of ``text``: ``None``
     when none of them constructs a module (no evidence either way)."""
-    seen_ctor = False
-    for a in bindings:
-        if a.kind not in ("assign", "annassign"):
-            continue
-        if a.unpacked:
-            continue  # ``model, opt = accelerator.prepare(model, opt)``: a wrapper
-        value = unwrap(a.value)
-        if isinstance(value, (cst.Name, cst.Attribute)):
-            continue  # ``model = model.to(device)``
-        if _rewraps_itself(value, text):
-            continue  # ``model = accelerator.prepare(model)``: the same module, wrapped
-        if isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH:
-            continue
-        seen_ctor = True
-        if _expr_sensitive(model, value):
-            return True
-    return False if seen_ctor else None
+    built = _built_values(model, text, bindings)
+    if not built:
+        return None
+    return any(_expr_sensitive(model, value) for value in built)
 
 
 # Layers whose output is random, or depends on the mode otherwise than batch norm's statistics.
@@ -483,8 +466,10 @@ def dropout_free_at(model: FileModel, call: Call, text: str) -> bool:
 
 
 def _built_values(model: FileModel, text: str, bindings: list) -> list:
-    """The values of ``bindings`` that build a new object for ``text``
-    (not ``model = model.to(device)``, a wrapper of itself, an unpacking)."""
+    """The values (unwrapped) of ``bindings`` that build a new object for
+    ``text``: not ``model, opt = accelerator.prepare(model, opt)`` (an
+    unpacking), ``model = model.to(device)``, ``model = accelerator.prepare(model)``
+    (the same module, wrapped) or a pass-through wrapper (``torch.compile``)."""
     out = []
     for a in bindings:
         if a.kind not in ("assign", "annassign") or a.unpacked:
@@ -492,7 +477,7 @@ def _built_values(model: FileModel, text: str, bindings: list) -> list:
         value = unwrap(a.value)
         if isinstance(value, (cst.Name, cst.Attribute)) or _rewraps_itself(value, text) \
                 or (isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH):
-            continue  # the same module, wrapped or moved
+            continue
         out.append(value)
     return out
 

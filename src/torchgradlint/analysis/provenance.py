@@ -593,11 +593,7 @@ class _Evaluator:
             return None  # ``raise NotImplementedError``: a subclass (maybe in another file) returns the value
         if self.call_depth >= _MAX_CALL_DEPTH or id(callee) in self.env or callee.contains(fact.order):
             return _UNKNOWN
-        frame = self._bind_params(fact, callee, at, depth)
-        self.env[id(callee)] = frame
-        self.literals[id(callee)] = _literal_args(fact, callee)
-        self.sites[id(callee)] = at
-        self.call_depth += 1
+        self._push(callee, self._bind_params(fact, callee, at, depth), _literal_args(fact, callee), at)
         try:
             parts = []
             for r in m.returns_of(callee):
@@ -617,10 +613,26 @@ class _Evaluator:
                 return _CONST
             return _join(parts)
         finally:
-            self.call_depth -= 1
-            del self.env[id(callee)]
-            del self.literals[id(callee)]
-            del self.sites[id(callee)]
+            self._pop(callee)
+
+    def _push(self, callee: Scope, frame: dict[str, Provenance], literals: dict[str, Optional[bool]],
+              site: Optional[_Located] = None) -> None:
+        """Evaluate inside the same-file function ``callee`` from now on: its
+        parameters bound to ``frame`` (and ``literals``), called from ``site``
+        (``None``: from no particular call), one call level deeper. Undone by
+        :meth:`_pop` (a ``try``/``finally``, not a context manager: this is
+        the evaluator's hottest path)."""
+        self.env[id(callee)] = frame
+        self.literals[id(callee)] = literals
+        if site is not None:
+            self.sites[id(callee)] = site
+        self.call_depth += 1
+
+    def _pop(self, callee: Scope) -> None:
+        self.call_depth -= 1
+        del self.env[id(callee)]
+        del self.literals[id(callee)]
+        self.sites.pop(id(callee), None)
 
     def region(self, at: _Located) -> Optional[Region]:
         """The region that disables grad where ``at`` runs, for the call
@@ -702,15 +714,11 @@ class _Evaluator:
         """Whether some value ``fwd`` (a same-file ``forward``) returns
         derives from a tensor created under ``torch.inference_mode()`` inside
         it or in what it calls, whatever its arguments are."""
-        self.env[id(fwd)] = {}
-        self.literals[id(fwd)] = {}
-        self.call_depth += 1
+        self._push(fwd, {}, {})
         try:
             return any(self.expr(r.value, r, 1).inference for r in self.m.returns_of(fwd) if r.value is not None)
         finally:
-            self.call_depth -= 1
-            del self.env[id(fwd)]
-            del self.literals[id(fwd)]
+            self._pop(fwd)
 
     # -- expressions ----------------------------------------------------------------------
     def _op(self, at: _Located, parts: list[Provenance], node: Optional[cst.CSTNode] = None) -> Provenance:
