@@ -280,7 +280,7 @@ def may_build_layer_in_forward(tree: ast.Module) -> bool:
     assignment (``from torch.nn import Linear as L``, ``Dense = nn.Linear``).
     ``False`` means no layer can be built while a forward runs."""
     aliases: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):  # imports and assignments are statements
         if isinstance(node, ast.ImportFrom):
             aliases |= {a.asname for a in node.names if a.asname and _LAYER_WORD.search(a.name)}
         elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)) \
