@@ -7,7 +7,9 @@ parse it anyway and ask the analysis whether any backward call or any fact
 running with grad mode known enabled in a loop, a function or on ``self``
 exists; for every torch file that stage 1 says cannot call a backward (so
 the rules with ``needs_backward`` are dropped), whether the analysis finds a
-backward call (``tests/prefilter_oracle.py``). Prints the counts and every
+backward call; and for every torch file, whether a rule whose own premise
+(``Rule.ast_prefilter``) is ``False`` reports anything
+(``tests/prefilter_oracle.py``). Prints the counts and every
 counterexample; exits 1 if there is one.
 
 Usage::
@@ -25,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import libcst as cst  # noqa: E402
 
-from prefilter_oracle import backward_counterexamples, counterexamples  # noqa: E402
+from prefilter_oracle import backward_counterexamples, counterexamples, premise_counterexamples  # noqa: E402
 from torchgradlint.engine import decode_source  # noqa: E402
 from torchgradlint.prefilter import TORCH_HINTS, lacks_grad_evidence, may_call_backward  # noqa: E402
 from torchgradlint.registry import get_rule  # noqa: E402
@@ -37,7 +39,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {src} is not a directory (run realcode/lint_real.py first)", file=sys.stderr)
         return 2
     tgl101 = get_rule("TGL101")
-    files = candidates = rejected = no_backward = unparsable = 0
+    files = candidates = rejected = no_backward = unparsable = premise_checked = 0
     bad: list[str] = []
     for path in sorted(src.rglob("*.py")):
         files += 1
@@ -59,10 +61,13 @@ def main(argv: list[str]) -> int:
                 bad += counterexamples(text, name)
             elif backward_claim:
                 bad += backward_counterexamples(text, name)
+            bad += premise_counterexamples(text, name)
+            premise_checked += 1
         except (cst.ParserSyntaxError, RecursionError):
             unparsable += 1
     print(f"{files} files, {no_backward} torch files that cannot call a backward (stage 1), {candidates} pass "
-          f"TGL101's text stage, {rejected} kept from LibCST by stage 2, {unparsable} LibCST cannot parse, "
+          f"TGL101's text stage, {rejected} kept from LibCST by stage 2, {premise_checked} checked against the rules' "
+          f"own premises, {unparsable} LibCST cannot parse, "
           f"{len(bad)} counterexamples")
     for line in bad:
         print("  " + line)

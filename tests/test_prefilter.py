@@ -285,14 +285,22 @@ def test_definition_time_code_makes_grad_mode_known(source):
 
 
 # -- rule-specific ast stage (Rule.ast_prefilter) -----------------------------------------------
-from torchgradlint.prefilter import may_build_layer_in_forward, may_hold_unregistered_attribute  # noqa: E402
+from torchgradlint.prefilter import (  # noqa: E402
+    FileFacts,
+    may_build_layer_in_forward,
+    may_call_functional_dropout,
+    may_evaluate_trained_module,
+    may_feed_probabilities_to_loss,
+    may_hold_unregistered_attribute,
+    may_switch_to_eval,
+    may_use_grad_scaler,
+)
 
 
-def _tree(src: str):
-    import ast
+def _tree(src: str) -> FileFacts:
     import textwrap
 
-    return ast.parse(textwrap.dedent(src))
+    return FileFacts(textwrap.dedent(src))
 
 
 def test_unregistered_attribute_premise():
@@ -361,8 +369,108 @@ def test_ast_stage_keeps_every_file_a_rule_reports_on(tmp_path):
     from torchgradlint.registry import all_rules
 
     rules = [r for r in all_rules() if r.ast_prefilter]
-    assert {r.code for r in rules} == {"TGL006", "TGL007"}
+    assert {r.code for r in rules} == {"TGL006", "TGL007", "TGL201", "TGL202", "TGL203", "TGL302", "TGL303"}
     root = Path(__file__).resolve().parents[1] / "fixtures"
     for rule in rules:
         for bad in sorted((root / rule.code).glob("bad_*.py")):
             assert rule in candidate_rules(bad.read_text(), [rule]), bad.name
+
+
+def test_unregistered_attribute_premise_needs_an_item_that_can_be_a_layer():
+    # containers of literals, attributes or subscripts, never filled in __init__: nothing to register
+    assert not may_hold_unregistered_attribute(_tree("""
+        class Tracker(nn.Module):
+            def __init__(self, names):
+                super().__init__()
+                self.cache = {}
+                self.names = [a.name for a in names]
+                self.sizes = [0, 1, 2]
+        """))
+    # the same empty list filled by an append later in __init__ can hold layers
+    assert may_hold_unregistered_attribute(_tree("""
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = []
+                self.blocks.append(nn.Linear(4, 4))
+        """))
+    # a class without a base class is not a torch module
+    assert not may_hold_unregistered_attribute(_tree("""
+        class Plain:
+            def __init__(self):
+                self.layers = [nn.Linear(4, 4)]
+        """))
+
+
+def test_evaluates_trained_module_premise_ignores_the_word_backward():
+    assert not may_evaluate_trained_module(_tree("""
+        # kept for backward compatibility
+        def predict(model, x):
+            return model(x)
+        """))
+    assert may_evaluate_trained_module(_tree("loss.backward()\n"))
+    assert may_evaluate_trained_module(_tree("with torch.no_grad():\n    y = model(x)\n"))
+    assert may_evaluate_trained_module(_tree("model.train()\n"))
+
+
+def test_functional_dropout_premise_follows_import_aliases():
+    assert may_call_functional_dropout(_tree("y = F.dropout(x, 0.5)\n"))
+    assert may_call_functional_dropout(_tree(
+        "from torch.nn.functional import scaled_dot_product_attention as sdpa\ny = sdpa(q, k, v, dropout_p=0.1)\n"))
+    # a Dropout module and a ``dropout`` argument are not functional dropout calls
+    assert not may_call_functional_dropout(_tree("self.drop = nn.Dropout(dropout)\nlayer = Block(dropout=0.1)\n"))
+
+
+def test_probabilities_into_loss_premise_needs_both_calls():
+    assert may_feed_probabilities_to_loss(_tree("loss = F.cross_entropy(F.softmax(z, 1), y)\n"))
+    assert may_feed_probabilities_to_loss(_tree("p = z.softmax(-1)\nlp = torch.log(p)\n"))
+    assert may_feed_probabilities_to_loss(_tree("crit = nn.BCEWithLogitsLoss()\nact = nn.Sigmoid()\n"))
+    assert not may_feed_probabilities_to_loss(_tree("p = F.softmax(z, 1)\nacc = (p.argmax(1) == y).float()\n"))
+    assert not may_feed_probabilities_to_loss(_tree("loss = F.cross_entropy(z, y)  # softmax inside\n"))
+
+
+def test_grad_scaler_premise():
+    assert may_use_grad_scaler(_tree("from torch.amp import GradScaler as GS\ns = GS()\n"))
+    assert may_use_grad_scaler(_tree("self.grad_scaler.scale(loss).backward()\n"))
+    assert may_use_grad_scaler(_tree("amp_scaler.step(opt)\n"))
+    # "scale" and "step" in other meanings
+    assert not may_use_grad_scaler(_tree("x = x * scale\nsched.step()\nopt.step()\n"))
+
+
+def test_switches_to_eval_premise():
+    assert may_switch_to_eval(_tree("model.eval()\n"))
+    assert may_switch_to_eval(_tree("model.train(False)\n"))
+    assert may_switch_to_eval(_tree("model.train(mode=False)\n"))
+    # evaluation as a word, literal_eval, an evaluator object, model.train()
+    assert not may_switch_to_eval(_tree(
+        "r = ast.literal_eval(s)\nevaluator.run(loader)\nmodel.train()\neval_every = 10\n"))
+
+
+@pytest.mark.parametrize("name", sorted(__import__("torchgradlint.prefilter", fromlist=["x"]).AST_PREFILTERS))
+def test_every_premise_keeps_a_file_python_cannot_parse(name):
+    from torchgradlint.prefilter import AST_PREFILTERS
+
+    assert AST_PREFILTERS[name](FileFacts("def f(:\n    loss.backward()  # no_grad\n"))
+
+
+def test_premises_drop_no_finding_on_the_projects_own_programs():
+    # Soundness on every fixture and harness program: where a rule's premise says it
+    # cannot fire, the full analysis finds nothing for it (realcode/check_prefilter.py
+    # asks the same of the real-code corpus).
+    from pathlib import Path
+
+    from prefilter_oracle import premise_counterexamples
+    from torchgradlint.prefilter import AST_PREFILTERS
+    from torchgradlint.registry import all_rules
+
+    root = Path(__file__).resolve().parents[1]
+    rules = [r for r in all_rules() if r.ast_prefilter]
+    bad: list[str] = []
+    dropped_somewhere: set[str] = set()
+    for path in [*root.glob("fixtures/**/*.py"), *root.glob("tests/harness_programs/**/*.py")]:
+        src = path.read_text(encoding="utf-8")
+        facts = FileFacts(src)
+        dropped_somewhere |= {r.code for r in rules if r.may_fire(src) and not AST_PREFILTERS[r.ast_prefilter](facts)}
+        bad += premise_counterexamples(src, path.name)
+    assert bad == []
+    assert len(dropped_somewhere) >= 4, dropped_somewhere  # the premises do drop rules on these files

@@ -197,12 +197,98 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]],
     if any(r.needs_grad_evidence for r in active) and lacks_grad_evidence(source, tree):
         active = [r for r in active if not r.needs_grad_evidence]
     if any(getattr(r, "ast_prefilter", "") for r in active):
-        if tree is None:
-            tree = python_ast(source)
-        if tree is not None:
-            active = [r for r in active if not getattr(r, "ast_prefilter", "")
-                      or AST_PREFILTERS[r.ast_prefilter](tree)]
+        facts = FileFacts(source, tree)
+        active = [r for r in active if not getattr(r, "ast_prefilter", "")
+                  or AST_PREFILTERS[r.ast_prefilter](facts)]
     return active
+
+
+class FileFacts:
+    """What stage 2's per-rule premises read about one file, each computed at
+    most once: the text, Python's ``ast`` (``None`` when Python's parser
+    rejects the text; every premise then keeps the file) and one scan of
+    that tree's calls.
+
+    The scan (:meth:`_scan`, one :func:`ast.walk`, about a thirtieth of a
+    LibCST parse) records the *called names*: the last name of every call's
+    callee (``F.dropout(x)`` -> ``dropout``, ``nn.CrossEntropyLoss()`` ->
+    ``CrossEntropyLoss``) and, for a callee bound by an import alias (``from
+    torch.nn.functional import dropout as drop``), the imported name too. The
+    analysis resolves callees through imports only (``names.ImportTable``,
+    whose canonical forms keep the last name), so a call the rules match as
+    ``torch.nn.functional.dropout`` always leaves ``dropout`` here.
+    """
+
+    def __init__(self, source: str, tree: Optional[ast.Module] = None) -> None:
+        self.source = source
+        self._tree = tree
+        self._parsed = tree is not None
+        self._called: Optional[set[str]] = None
+        self.switches_to_eval = False  # a ``m.eval()`` / ``m.train(False)`` call (set by the scan)
+        self.steps_or_scales_a_scaler = False  # ``<...>scaler.step(...)`` / ``.scale(...)`` (set by the scan)
+
+    @property
+    def tree(self) -> Optional[ast.Module]:
+        """The file's Python ``ast``, built on first use."""
+        if not self._parsed:
+            self._tree, self._parsed = python_ast(self.source), True
+        return self._tree
+
+    @property
+    def called(self) -> set[str]:
+        """The called names (see the class docstring); empty without a tree."""
+        if self._called is None:
+            self._called = self._scan()
+        return self._called
+
+    def _scan(self) -> set[str]:
+        tree = self.tree
+        if tree is None:
+            return set()
+        called: set[str] = set()
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                if isinstance(f, ast.Attribute):
+                    called.add(f.attr)
+                    if f.attr in ("step", "scale") and _SCALER_RECEIVER.search(_last_name(f.value)):
+                        self.steps_or_scales_a_scaler = True
+                    elif f.attr == "eval" and not node.args and not node.keywords:
+                        self.switches_to_eval = True
+                    elif f.attr == "train" and _literal_false(
+                            node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "mode"),
+                                                                None)):
+                        self.switches_to_eval = True
+                elif isinstance(f, ast.Name):
+                    called.add(f.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for a in node.names:
+                    if a.asname:
+                        aliases[a.asname] = a.name.rsplit(".", 1)[-1]
+        called |= {aliases[n] for n in called.intersection(aliases)}
+        return called
+
+
+# ``amp_facts.is_scaler``'s name test: a dotted name whose last part ends in "scaler".
+_SCALER_RECEIVER = re.compile(r"scaler$", re.IGNORECASE)
+
+
+def _last_name(node: ast.expr) -> str:
+    """The last name of a dotted expression (``self.scaler`` -> ``scaler``), else ``""``."""
+    if isinstance(node, ast.Attribute) and _dotted(node.value):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _dotted(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _literal_false(node: Optional[ast.expr]) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
 
 
 _CONTAINER_DISPLAYS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.GeneratorExp,
@@ -227,39 +313,81 @@ def _statements(body: list) -> "Iterator[ast.stmt]":
             stack.extend(reversed(case.body))
 
 
-def may_hold_unregistered_attribute(tree: ast.Module) -> bool:
-    """TGL006's stage-2 premise: some ``__init__`` (at any depth) assigns to
-    an attribute of its first parameter a container display or
-    comprehension, a local name bound to one in that ``__init__``, or a call
-    with a ``requires_grad`` keyword or a ``.requires_grad_(...)`` call.
+def _display_may_hold(node: ast.expr) -> bool:
+    """Whether a container display or comprehension has an element that can be
+    a layer constructor or a ``requires_grad`` tensor: a call, or a name (bound
+    to one). Literals, attributes and subscripts cannot (what TGL006 reads as
+    an item: ``module_class_facts.is_stateful_module_ctor`` /
+    ``is_requires_grad_tensor`` take calls only)."""
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        items = node.elts
+    elif isinstance(node, ast.Dict):
+        items = [v for k, v in zip(node.keys, node.values) if k is not None]
+    elif isinstance(node, ast.DictComp):
+        items = [node.value]
+    else:
+        items = [node.elt]  # type: ignore[attr-defined]
+    return any(isinstance(i, (ast.Call, ast.Name)) for i in items)
+
+
+def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
+    """TGL006's stage-2 premise: the ``__init__`` of a class with a base
+    class (a torch module class has one) assigns to an attribute of its first
+    parameter
+
+    - a container display or comprehension (or a local name bound to one in
+      that ``__init__``) that either has a call or a name among its elements
+      or may be filled by an ``append`` / ``extend`` / ``insert`` / ``+=`` in
+      that ``__init__``, or
+    - a call with a ``requires_grad`` keyword or a ``.requires_grad_(...)`` call.
+
     ``False`` means no ``self.x = ...`` there can hold layers or trainable
-    tensors in a plain container (what the rule reports)."""
-    for st in _statements(tree.body):
-        if not isinstance(st, _DEFS) or st.name != "__init__":
+    tensors in a plain container (what the rule reports): ``self.cache = {}``,
+    ``self.names = [a.name for a in args]``."""
+    tree = facts.tree
+    if tree is None:
+        return True
+    for cls in _statements(tree.body):
+        if not isinstance(cls, ast.ClassDef) or not cls.bases:
             continue
-        params = [*st.args.posonlyargs, *st.args.args]
-        if not params:
+        for st in _statements(cls.body):
+            if isinstance(st, _DEFS) and st.name == "__init__" and _init_may_hold(st):
+                return True
+    return False
+
+
+def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef") -> bool:
+    params = [*init.args.posonlyargs, *init.args.args]
+    if not params:
+        return False
+    me = params[0].arg
+    body = list(_statements(init.body))
+    builds = any(isinstance(b, ast.AugAssign) and isinstance(b.op, ast.Add) for b in body) or any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend", "insert")
+        for n in ast.walk(init))
+    local: dict[str, bool] = {}
+    for b in body:
+        if isinstance(b, (ast.Assign, ast.AnnAssign)) and isinstance(b.value, _CONTAINER_DISPLAYS):
+            holds = builds or _display_may_hold(b.value)
+            for t in (b.targets if isinstance(b, ast.Assign) else [b.target]):
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        local[n.id] = local.get(n.id, False) or holds
+    for b in body:
+        if not isinstance(b, (ast.Assign, ast.AnnAssign)) or b.value is None:
             continue
-        me = params[0].arg
-        body = list(_statements(st.body))
-        local: set[str] = set()
-        for b in body:
-            if isinstance(b, (ast.Assign, ast.AnnAssign)) and isinstance(b.value, _CONTAINER_DISPLAYS):
-                for t in (b.targets if isinstance(b, ast.Assign) else [b.target]):
-                    local |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-        for b in body:
-            if not isinstance(b, (ast.Assign, ast.AnnAssign)) or b.value is None:
-                continue
-            targets = b.targets if isinstance(b, ast.Assign) else [b.target]
-            if len(targets) != 1 or not (isinstance(targets[0], ast.Attribute)
-                                         and isinstance(targets[0].value, ast.Name) and targets[0].value.id == me):
-                continue
-            v = b.value
-            if isinstance(v, _CONTAINER_DISPLAYS) or (isinstance(v, ast.Name) and v.id in local):
-                return True
-            if isinstance(v, ast.Call) and (any(k.arg == "requires_grad" for k in v.keywords) or (
-                    isinstance(v.func, ast.Attribute) and v.func.attr == "requires_grad_")):
-                return True
+        targets = b.targets if isinstance(b, ast.Assign) else [b.target]
+        if len(targets) != 1 or not (isinstance(targets[0], ast.Attribute)
+                                     and isinstance(targets[0].value, ast.Name) and targets[0].value.id == me):
+            continue
+        v = b.value
+        if isinstance(v, _CONTAINER_DISPLAYS) and (builds or _display_may_hold(v)):
+            return True
+        if isinstance(v, ast.Name) and local.get(v.id):
+            return True
+        if isinstance(v, ast.Call) and (any(k.arg == "requires_grad" for k in v.keywords) or (
+                isinstance(v.func, ast.Attribute) and v.func.attr == "requires_grad_")):
+            return True
     return False
 
 
@@ -272,13 +400,16 @@ def _callee_name(call: ast.Call) -> str:
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
-def may_build_layer_in_forward(tree: ast.Module) -> bool:
+def may_build_layer_in_forward(facts: FileFacts) -> bool:
     """TGL007's stage-2 premise: a class defining ``forward`` calls, in
     ``forward`` or in a method ``forward`` reaches through ``self.m(...)``
     calls (transitively), something named like a parameterised layer
     (``nn.Linear``, ``Conv2d``) or bound to one by an import alias or an
     assignment (``from torch.nn import Linear as L``, ``Dense = nn.Linear``).
     ``False`` means no layer can be built while a forward runs."""
+    tree = facts.tree
+    if tree is None:
+        return True
     aliases: set[str] = set()
     for node in _statements(tree.body):  # imports and assignments are statements
         if isinstance(node, ast.ImportFrom):
@@ -307,9 +438,69 @@ def may_build_layer_in_forward(tree: ast.Module) -> bool:
     return False
 
 
-# Stage-2 predicates a rule names in :attr:`Rule.ast_prefilter`: ``tree`` -> may the rule fire.
+def may_evaluate_trained_module(facts: FileFacts) -> bool:
+    """TGL201's premise (text only): the file spells a grad-mode API
+    (``no_grad``, ``inference_mode``, ``set_grad_enabled``: the regions it
+    checks), a ``.train(`` call (a helper's mode switch), or can call a
+    backward (:func:`may_call_backward`: the training its evaluation-loop
+    check needs). The word "backward" in a comment, a docstring or a name
+    (``backward_compatible``) is none of these."""
+    s = facts.source
+    return any(t in s for t in ("no_grad", "inference_mode", "set_grad_enabled", ".train(")) \
+        or may_call_backward(s)
+
+
+# ``torch.nn.functional`` / ``torch`` dropouts and SDPA (TGL203's calls, by last name).
+_DROPOUT_CALLS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_dropout",
+                            "feature_alpha_dropout", "scaled_dot_product_attention"})
+
+
+def may_call_functional_dropout(facts: FileFacts) -> bool:
+    """TGL203's premise: the file calls a functional dropout or
+    ``scaled_dot_product_attention`` (by its last name or an import alias of
+    it). ``nn.Dropout(...)`` and a ``dropout=0.1`` argument are not one."""
+    return facts.tree is None or not facts.called.isdisjoint(_DROPOUT_CALLS)
+
+
+_PROBABILITY_CALLS = frozenset({"softmax", "Softmax", "sigmoid", "Sigmoid", "expit"})
+_LOGIT_LOSS_CALLS = frozenset({"cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss",
+                               "binary_cross_entropy_with_logits", "BCEWithLogitsLoss", "log"})
+
+
+def may_feed_probabilities_to_loss(facts: FileFacts) -> bool:
+    """TGL303's premise: the file calls a softmax/sigmoid (function, method or
+    module constructor) and a loss that takes logits or log-probabilities
+    (function or module constructor) or a ``log``."""
+    called = facts.called
+    return facts.tree is None or (not called.isdisjoint(_PROBABILITY_CALLS)
+                                  and not called.isdisjoint(_LOGIT_LOSS_CALLS))
+
+
+def may_use_grad_scaler(facts: FileFacts) -> bool:
+    """TGL302's premise (``amp_facts.file_has_scaled_backward`` /
+    ``file_steps_a_scaler``): the file constructs a ``GradScaler`` /
+    ``ShardedGradScaler``, or calls ``.scale(...)`` / ``.step(...)`` on a
+    dotted name ending in "scaler"."""
+    called = facts.called  # runs the scan
+    return facts.tree is None or facts.steps_or_scales_a_scaler or \
+        not called.isdisjoint(("GradScaler", "ShardedGradScaler"))
+
+
+def may_switch_to_eval(facts: FileFacts) -> bool:
+    """TGL202's premise: the file calls ``m.eval()`` or ``m.train(False)``
+    (``train_not_restored._switches_to_eval``) somewhere."""
+    _ = facts.called  # runs the scan
+    return facts.tree is None or facts.switches_to_eval
+
+
+# Stage-2 premises a rule names in :attr:`Rule.ast_prefilter`: ``FileFacts`` -> may the rule fire.
 AST_PREFILTERS = {"unregistered-attribute": may_hold_unregistered_attribute,
-                  "layer-built-in-forward": may_build_layer_in_forward}
+                  "layer-built-in-forward": may_build_layer_in_forward,
+                  "evaluates-trained-module": may_evaluate_trained_module,
+                  "functional-dropout-call": may_call_functional_dropout,
+                  "probabilities-into-loss": may_feed_probabilities_to_loss,
+                  "grad-scaler": may_use_grad_scaler,
+                  "switches-to-eval": may_switch_to_eval}
 
 
 def is_other_framework_code(source: str) -> bool:

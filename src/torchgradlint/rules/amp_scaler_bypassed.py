@@ -28,6 +28,7 @@ class AmpScalerBypassed(Rule):
     summary = "`scaler.scale(loss).backward()` then `optimizer.step()`, or `scaler.step()` in a loop with no `scaler.update()`"
     probe = "amp-scaler-bypass"
     prefilter = (("scale",), ("step",))
+    ast_prefilter = "grad-scaler"  # a GradScaler built, or `.scale`/`.step` on a `*scaler`
     docs = """
 ## What it does
 Checks two misuses of a `GradScaler` `S`:

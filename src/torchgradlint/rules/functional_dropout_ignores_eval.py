@@ -68,6 +68,7 @@ class FunctionalDropoutIgnoresEval(Rule):
     fix_availability = "sometimes"  # not on calls that span several lines
     summary = "`F.dropout` / SDPA `dropout_p` in a module method not tied to `self.training`"
     prefilter = (("dropout", "scaled_dot_product_attention"),)
+    ast_prefilter = "functional-dropout-call"  # a call of a functional dropout or SDPA
     docs = """
 ## What it does
 Inside a method of a `torch.nn.Module` subclass, checks for:

@@ -40,6 +40,7 @@ class NoGradWithoutEval(Rule):
     probe = "module-mode"
     # an evaluation loop without no_grad follows training: "backward" is in the file
     prefilter = (("no_grad", "inference_mode", "set_grad_enabled", "backward", ".train("),)
+    ast_prefilter = "evaluates-trained-module"  # a grad-mode API, a `.train(` call or a backward call
     docs = """
 ## What it does
 Checks for modules called inside `torch.no_grad()`, `torch.inference_mode()`

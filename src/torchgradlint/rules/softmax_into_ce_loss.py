@@ -289,6 +289,7 @@ class SoftmaxIntoCeLoss(Rule):
     prefilter = (("softmax", "Softmax", "sigmoid", "Sigmoid", "expit"),
                  ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss", "with_logits", "WithLogits", "log(",
                   ".log()", "log as"))
+    ast_prefilter = "probabilities-into-loss"  # a softmax/sigmoid call and a logits loss or log call
     docs = """
 ## What it does
 Checks the input (first argument) of `nn.CrossEntropyLoss` instances and

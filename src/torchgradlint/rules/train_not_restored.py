@@ -182,6 +182,7 @@ class TrainNotRestored(Rule):
     summary = "`eval()` inside the training loop and no `train()` before the module trains again"
     probe = "train-in-eval"
     prefilter = (("eval", "train("), ("backward", "step"))
+    ast_prefilter = "switches-to-eval"  # an `m.eval()` / `m.train(False)` call
     docs = """
 ## What it does
 Checks for a loop that puts a module in eval mode (`M.eval()` or
