@@ -190,7 +190,8 @@ def test_python_syntax_error_still_reaches_libcst_and_is_reported():
 def test_flake8_tree_is_used_instead_of_a_second_parse():
     import ast
 
-    tree = ast.parse("import torch\nfor x in xs:\n    pass\n")  # a tree that says "runs a loop"
+    # a tree that says "stores in a loop at module scope"
+    tree = ast.parse("import torch\nfor x in xs:\n    out.append(x)\n")
     assert candidate_rules(LIBRARY_MODULE, [TGL101], tree) == [TGL101]
 
 
@@ -369,7 +370,7 @@ def test_ast_stage_keeps_every_file_a_rule_reports_on(tmp_path):
     from torchgradlint.registry import all_rules
 
     rules = [r for r in all_rules() if r.ast_prefilter]
-    assert {r.code for r in rules} == {"TGL006", "TGL007", "TGL201", "TGL202", "TGL203", "TGL302", "TGL303"}
+    assert {r.code for r in rules} == {"TGL006", "TGL007", "TGL101", "TGL201", "TGL202", "TGL203", "TGL302", "TGL303"}
     root = Path(__file__).resolve().parents[1] / "fixtures"
     for rule in rules:
         for bad in sorted((root / rule.code).glob("bad_*.py")):
@@ -474,3 +475,43 @@ def test_premises_drop_no_finding_on_the_projects_own_programs():
         bad += premise_counterexamples(src, path.name)
     assert bad == []
     assert len(dropped_somewhere) >= 4, dropped_somewhere  # the premises do drop rules on these files
+
+
+def test_stores_with_grad_enabled_premise_follows_definition_time_calls():
+    from torchgradlint.prefilter import may_store_with_grad_enabled
+
+    # a library module: functions only, nothing runs them at definition time
+    assert not may_store_with_grad_enabled(_tree("""
+        import torch
+        def collect(model, xs):
+            outs = []
+            for x in xs:
+                outs.append(model(x))
+            return outs
+        """))
+    # the same function called (through a helper) from the script's main block
+    assert may_store_with_grad_enabled(_tree("""
+        import torch
+        def collect(model, xs):
+            outs = []
+            for x in xs:
+                outs.append(model(x))
+            return outs
+        def main():
+            collect(net, data)
+        if __name__ == "__main__":
+            main()
+        """))
+    # a store into self outlives the call, loop or not
+    assert may_store_with_grad_enabled(_tree("""
+        class Tracker:
+            def update(self, loss):
+                self.total += loss
+        t = Tracker()
+        t.update(l)
+        """))
+    # a top-level loop that stores, and a top-level loop that does not
+    assert may_store_with_grad_enabled(_tree("hist = []\nfor b in loader:\n    hist.append(net(b))\n"))
+    assert not may_store_with_grad_enabled(_tree("for name in names:\n    print(name)\n"))
+    # a backward or grad-mode API anywhere keeps the file
+    assert may_store_with_grad_enabled(_tree("def f(l):\n    l.backward()\n"))

@@ -493,6 +493,94 @@ def may_switch_to_eval(facts: FileFacts) -> bool:
     return facts.tree is None or facts.switches_to_eval
 
 
+# What ``loss_kept_with_graph._stores`` reads as a store: these calls, ``+=``,
+# ``x = x + v``, ``x = torch.cat([x, v])`` and ``x[k] = v``.
+_STORE_METHODS = frozenset({"append", "appendleft", "insert", "extend"})
+_CONCAT_CALLS = frozenset({"cat", "concat", "concatenate", "stack", "vstack", "hstack"})
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _mentions_self(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "self" for n in ast.walk(node))
+
+
+def _stores_or_calls(nodes: list, called: set[str]) -> bool:
+    """Walk one scope's code (nested ``def`` / ``class`` bodies excluded;
+    lambdas and comprehensions included) and add the last name of every
+    callee to ``called``. Returns whether it holds a store (see
+    :data:`_STORE_METHODS`) inside a loop or comprehension, or on a target or
+    receiver that mentions ``self`` (a store that outlives the call)."""
+    stack = [(n, False) for n in nodes]
+    found = False
+    while stack:
+        node, in_loop = stack.pop()
+        if isinstance(node, _SCOPES):
+            stack.extend((d, in_loop) for d in node.decorator_list)
+            if not isinstance(node, ast.ClassDef):
+                stack.append((node.args, in_loop))
+            else:
+                stack.extend((b, in_loop) for b in node.bases)
+            continue
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            called.add(name)
+            if name in _STORE_METHODS and isinstance(f, ast.Attribute) and (in_loop or _mentions_self(f.value)):
+                found = True
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+            found = found or in_loop or _mentions_self(node.target)
+        elif isinstance(node, ast.Assign) and (
+                isinstance(node.value, (ast.BinOp, ast.Call)) or any(isinstance(t, ast.Subscript) for t in node.targets)):
+            found = found or in_loop or any(_mentions_self(t) for t in node.targets)
+        inner = in_loop or isinstance(node, (*_LOOPS, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+        stack.extend((c, inner) for c in ast.iter_child_nodes(node))
+    return found
+
+
+def may_store_with_grad_enabled(facts: FileFacts) -> bool:
+    """TGL101's premise, refining stage 2's :func:`lacks_grad_evidence`: a
+    finding needs a store (``append``, ``+=``, ``x[k] = v``, ...) that
+    outlives a loop iteration (in a loop, or into ``self``) where grad mode is
+    known enabled, or a backward. Without a backward call and without
+    :data:`GRAD_EVIDENCE`, grad mode is known enabled only in code that runs
+    at definition time (module and class bodies) and in the functions its
+    calls reach, transitively, by name (``FileModel.base_mode`` asks every
+    same-file call site; a function with none is unknown). So the file must
+    spell a backward or grad evidence, or such code must hold such a store.
+    Library modules whose top level only defines, and test files whose test
+    functions are called by the test runner, hold none."""
+    s = facts.source
+    tree = facts.tree
+    if tree is None or any(t in s for t in GRAD_EVIDENCE) or may_call_backward(s):
+        return True
+    functions: dict[str, list[ast.AST]] = {}
+    for st in _statements(tree.body):
+        if isinstance(st, _DEFS):
+            functions.setdefault(st.name, []).append(st)
+    called: set[str] = set()  # definition-time code: the module body and every class body
+    if _stores_or_calls(list(tree.body), called) or _class_bodies_store(tree, called):
+        return True
+    seen: set[str] = set()
+    todo = [n for n in called if n in functions]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for fn in functions[name]:
+            more: set[str] = set()
+            if _stores_or_calls(fn.body, more):  # type: ignore[attr-defined]
+                return True
+            todo.extend(n for n in more if n in functions and n not in seen)
+    return False
+
+
+def _class_bodies_store(tree: ast.Module, called: set[str]) -> bool:
+    """:func:`_stores_or_calls` over every class body (code that runs when
+    the class statement runs), at any depth."""
+    return any(_stores_or_calls(cls.body, called) for cls in _statements(tree.body) if isinstance(cls, ast.ClassDef))
+
+
 # Stage-2 premises a rule names in :attr:`Rule.ast_prefilter`: ``FileFacts`` -> may the rule fire.
 AST_PREFILTERS = {"unregistered-attribute": may_hold_unregistered_attribute,
                   "layer-built-in-forward": may_build_layer_in_forward,
@@ -500,7 +588,8 @@ AST_PREFILTERS = {"unregistered-attribute": may_hold_unregistered_attribute,
                   "functional-dropout-call": may_call_functional_dropout,
                   "probabilities-into-loss": may_feed_probabilities_to_loss,
                   "grad-scaler": may_use_grad_scaler,
-                  "switches-to-eval": may_switch_to_eval}
+                  "switches-to-eval": may_switch_to_eval,
+                  "stores-with-grad-enabled": may_store_with_grad_enabled}
 
 
 def is_other_framework_code(source: str) -> bool:

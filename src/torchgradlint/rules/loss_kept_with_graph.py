@@ -84,6 +84,7 @@ class LossKeptWithGraph(Rule):
     # check(): a finding needs grad mode ENABLED at the store, or UNKNOWN with
     # the stored name backpropagated in the same scope.
     needs_grad_evidence = True
+    ast_prefilter = "stores-with-grad-enabled"  # a lasting store where grad mode is known enabled
     docs = """
 ## What it does
 Checks for graph-attached tensors (losses, model outputs, anything computed
