@@ -24,7 +24,7 @@ from .noqa import NoqaFilter
 from .cells import foreign_spans, in_spans
 from .notebook import JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells
 from .positions import node_ranges
-from .prefilter import candidate_rules
+from .prefilter import FileFacts, candidate_rules
 from .registry import Rule
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -223,18 +223,20 @@ _GRAD_HINTS = "\n# inference_mode set_grad_enabled"
 def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa: bool,
                  tree: Optional[ast.Module], project: Optional["ProjectIndex"] = None) -> LintResult:
     """:func:`lint_source`'s work, run with the cyclic collector paused."""
-    active = candidate_rules(source, rules, tree)
+    facts = FileFacts(source, tree)  # one Python ``ast`` and one call scan for every prefilter question
+    active = candidate_rules(source, rules, facts=facts)
     used: dict[str, str] = {}
     # The prefilter sees one file: a decorator of the project that switches grad mode off is spelled
     # elsewhere. The rules it would revive run when the model shows such a decorator; a file the
     # prefilter would skip whole is looked at first (Python's ``ast``, its imports resolved).
     revivable: list[type[Rule]] = []
     if project is not None and len(active) < len(rules):
-        revivable = [r for r in candidate_rules(source + _GRAD_HINTS, rules, tree) if r not in active]
+        revivable = [r for r in candidate_rules(source + _GRAD_HINTS, rules, facts=facts.with_comment(_GRAD_HINTS))
+                     if r not in active]
         if revivable and not active:
             hint = project.prefilter_hint(path, source, used)
             if hint:
-                active = candidate_rules(source + "\n#" + hint, rules, tree)
+                active = candidate_rules(source + "\n#" + hint, rules, facts=facts.with_comment("\n#" + hint))
                 revivable = [r for r in revivable if r not in active]
     if not active:
         return LintResult([], False, [[p, d] for p, d in sorted(used.items())])

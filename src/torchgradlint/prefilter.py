@@ -28,12 +28,21 @@ never to drop a finding (``tests/test_prefilter.py``):
    file is not parsed when no other rule is left).
    Library modules (methods only) are the common case: on lightning 2.6.6
    this stage keeps 140 of the 210 torch files away from LibCST.
-   A rule may also name a predicate of its own (:attr:`Rule.ast_prefilter`,
-   :data:`AST_PREFILTERS`): TGL006 needs an ``__init__`` that stores a
-   container display or a ``requires_grad`` tensor on ``self``, TGL007 a
-   layer-named call in ``forward`` or a method it reaches. On the 29 PyPI
-   packages these two stages keep 1,250 files for the parser instead of 1,819
-   (checked against the full analysis on 5,178 files: no finding dropped).
+   A rule may also name a premise of its own (:attr:`Rule.ast_prefilter`,
+   :data:`AST_PREFILTERS`, over :class:`FileFacts`: the text, the tree and
+   one scan of its calls): TGL006 needs an ``__init__`` that stores on
+   ``self`` a container that can hold a layer or a ``requires_grad`` tensor,
+   TGL007 a layer-named call in ``forward`` or a method it reaches, TGL101 a
+   lasting store in code that runs with grad mode known enabled
+   (definition-time code and the functions it reaches by name) unless a
+   backward or grad evidence is spelled, TGL201 a grad-mode API, a
+   ``.train(`` or a backward call, TGL202 an ``eval()`` / ``train(False)``
+   call, TGL203 a functional dropout or SDPA call, TGL302 a gradient scaler,
+   TGL303 a softmax/sigmoid call and a logits-loss or ``log`` call. On the
+   29 PyPI packages these two stages keep 903 files for the parser instead
+   of 1,819 (checked against the full analysis on 8,624 files of the
+   corpora, the PyPI packages, the fixtures and the dev set: no finding
+   dropped; ``realcode/check_prefilter.py``).
 
 PyTorch docs: "Locally disabling gradient computation"
 (https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation).
@@ -178,8 +187,8 @@ def may_call_backward(source: str) -> bool:
     return "autograd" in source or _BACKWARD_ATTRIBUTE.search(source) is not None
 
 
-def candidate_rules(source: str, rules: Sequence[type["Rule"]],
-                    tree: Optional[ast.Module] = None) -> list[type["Rule"]]:
+def candidate_rules(source: str, rules: Sequence[type["Rule"]], tree: Optional[ast.Module] = None,
+                    facts: Optional["FileFacts"] = None) -> list[type["Rule"]]:
     """The rules of ``rules`` that can fire on ``source``; empty means the
     file need not be parsed.
 
@@ -188,16 +197,20 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]],
         rules: enabled rule classes.
         tree: the file's Python ``ast`` if the caller already has it (the
             flake8 plugin); otherwise it is built only when stage 2 needs it.
+        facts: a :class:`FileFacts` of ``source`` (or of the same code with
+            comments added: :meth:`FileFacts.with_comment`) to share the tree
+            and the call scan between calls; ``tree`` is then ignored.
     """
     if not any(h in source for h in TORCH_HINTS) or is_other_framework_code(source):
         return []
     active = [r for r in rules if r.may_fire(source)]
     if any(r.needs_backward for r in active) and not may_call_backward(source):
         active = [r for r in active if not r.needs_backward]
-    if any(r.needs_grad_evidence for r in active) and lacks_grad_evidence(source, tree):
+    if facts is None:
+        facts = FileFacts(source, tree)  # builds the tree at most once, when a premise needs it
+    if any(r.needs_grad_evidence for r in active) and _lacks_grad_evidence(facts):
         active = [r for r in active if not r.needs_grad_evidence]
     if any(getattr(r, "ast_prefilter", "") for r in active):
-        facts = FileFacts(source, tree)
         active = [r for r in active if not getattr(r, "ast_prefilter", "")
                   or AST_PREFILTERS[r.ast_prefilter](facts)]
     return active
@@ -221,45 +234,61 @@ class FileFacts:
 
     def __init__(self, source: str, tree: Optional[ast.Module] = None) -> None:
         self.source = source
-        self._tree = tree
-        self._parsed = tree is not None
-        self._called: Optional[set[str]] = None
-        self.switches_to_eval = False  # a ``m.eval()`` / ``m.train(False)`` call (set by the scan)
-        self.steps_or_scales_a_scaler = False  # ``<...>scaler.step(...)`` / ``.scale(...)`` (set by the scan)
+        # the tree and the scan's results, shared with :meth:`with_comment`'s copies
+        self._shared: dict[str, object] = {"tree": tree} if tree is not None else {}
+
+    def with_comment(self, comment: str) -> "FileFacts":
+        """The facts of this file's text with ``comment`` (comment lines only)
+        appended: the same tree and call scan, each built at most once for
+        both, and only when a premise asks."""
+        other = FileFacts(self.source + comment)
+        other._shared = self._shared
+        return other
 
     @property
     def tree(self) -> Optional[ast.Module]:
         """The file's Python ``ast``, built on first use."""
-        if not self._parsed:
-            self._tree, self._parsed = python_ast(self.source), True
-        return self._tree
+        if "tree" not in self._shared:
+            self._shared["tree"] = python_ast(self.source)
+        return self._shared["tree"]  # type: ignore[return-value]
 
     @property
     def called(self) -> set[str]:
         """The called names (see the class docstring); empty without a tree."""
-        if self._called is None:
-            self._called = self._scan()
-        return self._called
+        if "called" not in self._shared:
+            self._scan()
+        return self._shared["called"]  # type: ignore[return-value]
 
-    def _scan(self) -> set[str]:
+    @property
+    def switches_to_eval(self) -> bool:
+        """Whether the file calls ``m.eval()`` or ``m.train(False)`` (``m`` any receiver)."""
+        _ = self.called
+        return bool(self._shared["eval"])
+
+    @property
+    def steps_or_scales_a_scaler(self) -> bool:
+        """Whether the file calls ``.step(...)`` / ``.scale(...)`` on a dotted name ending in "scaler"."""
+        _ = self.called
+        return bool(self._shared["scaler"])
+
+    def _scan(self) -> None:
         tree = self.tree
-        if tree is None:
-            return set()
         called: set[str] = set()
         aliases: dict[str, str] = {}
-        for node in ast.walk(tree):
+        evals = scaler = False
+        for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.Call):
                 f = node.func
                 if isinstance(f, ast.Attribute):
                     called.add(f.attr)
                     if f.attr in ("step", "scale") and _SCALER_RECEIVER.search(_last_name(f.value)):
-                        self.steps_or_scales_a_scaler = True
+                        scaler = True
                     elif f.attr == "eval" and not node.args and not node.keywords:
-                        self.switches_to_eval = True
+                        evals = True
                     elif f.attr == "train" and _literal_false(
                             node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "mode"),
                                                                 None)):
-                        self.switches_to_eval = True
+                        evals = True
                 elif isinstance(f, ast.Name):
                     called.add(f.id)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -267,7 +296,7 @@ class FileFacts:
                     if a.asname:
                         aliases[a.asname] = a.name.rsplit(".", 1)[-1]
         called |= {aliases[n] for n in called.intersection(aliases)}
-        return called
+        self._shared.update(called=called, eval=evals, scaler=scaler)
 
 
 # ``amp_facts.is_scaler``'s name test: a dotted name whose last part ends in "scaler".
@@ -481,15 +510,13 @@ def may_use_grad_scaler(facts: FileFacts) -> bool:
     ``file_steps_a_scaler``): the file constructs a ``GradScaler`` /
     ``ShardedGradScaler``, or calls ``.scale(...)`` / ``.step(...)`` on a
     dotted name ending in "scaler"."""
-    called = facts.called  # runs the scan
     return facts.tree is None or facts.steps_or_scales_a_scaler or \
-        not called.isdisjoint(("GradScaler", "ShardedGradScaler"))
+        not facts.called.isdisjoint(("GradScaler", "ShardedGradScaler"))
 
 
 def may_switch_to_eval(facts: FileFacts) -> bool:
     """TGL202's premise: the file calls ``m.eval()`` or ``m.train(False)``
     (``train_not_restored._switches_to_eval``) somewhere."""
-    _ = facts.called  # runs the scan
     return facts.tree is None or facts.switches_to_eval
 
 
@@ -614,13 +641,18 @@ def lacks_grad_evidence(source: str, tree: Optional[ast.Module] = None) -> bool:
     ``needs_grad_evidence`` cannot fire on it. ``False`` also when Python's
     parser rejects the text. ``tree`` is built from ``source`` when not given.
     """
+    return _lacks_grad_evidence(FileFacts(source, tree))
+
+
+def _lacks_grad_evidence(facts: FileFacts) -> bool:
+    source = facts.source
     if any(tok in source for tok in GRAD_EVIDENCE) or may_call_backward(source):
         return False
-    if tree is None:
-        tree = python_ast(source)
+    tree = facts.tree
     return tree is not None and not runs_code_at_definition_time(tree, source)
 
 
-__all__ = ["TORCH_HINTS", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "AST_PREFILTERS", "text_matches", "PrefilterSpec",
+__all__ = ["TORCH_HINTS", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "AST_PREFILTERS", "FileFacts", "text_matches",
+           "PrefilterSpec",
            "is_other_framework_code", "python_ast",
            "runs_code_at_definition_time", "may_call_backward", "lacks_grad_evidence", "candidate_rules"]
