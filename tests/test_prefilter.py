@@ -409,9 +409,13 @@ def test_evaluates_trained_module_premise_ignores_the_word_backward():
         def predict(model, x):
             return model(x)
         """))
-    assert may_evaluate_trained_module(_tree("loss.backward()\n"))
     assert may_evaluate_trained_module(_tree("with torch.no_grad():\n    y = model(x)\n"))
-    assert may_evaluate_trained_module(_tree("model.train()\n"))
+    # training (a backward call, or a helper's .train()) and a loop that may walk data
+    assert may_evaluate_trained_module(_tree("loss.backward()\nfor x in val_loader:\n    out = model(x)\n"))
+    assert may_evaluate_trained_module(_tree("model.train()\nfor x, y in pairs:\n    out = model(x)\n"))
+    # training without a data loop, or a data loop without training: no finding possible
+    assert not may_evaluate_trained_module(_tree("loss.backward()\nfor i in range(3):\n    print(i)\n"))
+    assert not may_evaluate_trained_module(_tree("for x in test_loader:\n    out = model(x)\n"))
 
 
 def test_functional_dropout_premise_follows_import_aliases():
@@ -515,3 +519,20 @@ def test_stores_with_grad_enabled_premise_follows_definition_time_calls():
     assert not may_store_with_grad_enabled(_tree("for name in names:\n    print(name)\n"))
     # a backward or grad-mode API anywhere keeps the file
     assert may_store_with_grad_enabled(_tree("def f(l):\n    l.backward()\n"))
+
+
+def test_unregistered_attribute_premise_needs_a_class_that_may_be_a_torch_module():
+    # a dataset or a helper object: not a torch module class, whatever it stores
+    assert not may_hold_unregistered_attribute(_tree("""
+        class Pairs(Dataset):
+            def __init__(self, files):
+                self.transforms = [ToTensor(), Normalize(0.5, 0.5)]
+        """))
+    # through an import alias, a same-file base, or a forward it defines
+    for head in ("from torch.nn import Module as M\nclass Net(M):",
+                 "class Base(Something):\n    pass\nclass Net(Base):",
+                 "class Net(Registrable):\n    def forward(self, x):\n        return x"):
+        assert may_hold_unregistered_attribute(_tree(head + """
+    def __init__(self):
+        self.heads = [Linear(4, 4) for _ in range(2)]
+"""))

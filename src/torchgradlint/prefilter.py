@@ -360,9 +360,9 @@ def _display_may_hold(node: ast.expr) -> bool:
 
 
 def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
-    """TGL006's stage-2 premise: the ``__init__`` of a class with a base
-    class (a torch module class has one) assigns to an attribute of its first
-    parameter
+    """TGL006's stage-2 premise: the ``__init__`` of a class that may be a
+    torch module class (:func:`_may_be_torch_module_class`) assigns to an
+    attribute of its first parameter
 
     - a container display or comprehension (or a local name bound to one in
       that ``__init__``) that either has a call or a name among its elements
@@ -376,12 +376,48 @@ def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
     tree = facts.tree
     if tree is None:
         return True
-    for cls in _statements(tree.body):
-        if not isinstance(cls, ast.ClassDef) or not cls.bases:
+    statements = list(_statements(tree.body))
+    classes = {st.name for st in statements if isinstance(st, ast.ClassDef)}
+    torch_names = _torch_bound_names(statements)
+    for cls in statements:
+        if not isinstance(cls, ast.ClassDef) or not _may_be_torch_module_class(cls, classes, torch_names):
             continue
         for st in _statements(cls.body):
             if isinstance(st, _DEFS) and st.name == "__init__" and _init_may_hold(st):
                 return True
+    return False
+
+
+def _torch_bound_names(statements: list) -> set[str]:
+    """Names that the file's imports bind to something under ``torch`` or a
+    Lightning package (``from torch.nn import Module``, ``import torch.nn as
+    tnn``, ``from lightning import LightningModule as LM``)."""
+    out: set[str] = set()
+    for st in statements:
+        if isinstance(st, ast.ImportFrom) and st.module and (
+                st.module.split(".")[0] == "torch" or "lightning" in st.module):
+            out |= {a.asname or a.name for a in st.names}
+        elif isinstance(st, ast.Import):
+            out |= {a.asname or a.name.split(".")[0] for a in st.names
+                    if a.name.split(".")[0] == "torch" or "lightning" in a.name}
+    return out
+
+
+def _may_be_torch_module_class(cls: ast.ClassDef, classes: set[str], torch_names: set[str]) -> bool:
+    """A superset of ``module_class_facts.is_torch_module_class(lenient=True)``:
+    the class defines ``forward`` and has a base (lenient), or a base is a
+    same-file class, a ``torch.`` / ``nn.`` name, a ``...LightningModule``, or
+    a name the file imports from torch or Lightning (what ``modes.module_classes``
+    resolves through the imports)."""
+    if not cls.bases:
+        return False
+    if any(isinstance(m, _DEFS) and m.name == "forward" for m in _statements(cls.body)):
+        return True
+    for base in cls.bases:
+        text = ast.unparse(base)
+        head = text.split(".")[0].split("[")[0]
+        if head in classes or head in torch_names or head in ("torch", "nn") or text.endswith("LightningModule"):
+            return True
     return False
 
 
@@ -468,15 +504,43 @@ def may_build_layer_in_forward(facts: FileFacts) -> bool:
 
 
 def may_evaluate_trained_module(facts: FileFacts) -> bool:
-    """TGL201's premise (text only): the file spells a grad-mode API
-    (``no_grad``, ``inference_mode``, ``set_grad_enabled``: the regions it
-    checks), a ``.train(`` call (a helper's mode switch), or can call a
-    backward (:func:`may_call_backward`: the training its evaluation-loop
-    check needs). The word "backward" in a comment, a docstring or a name
-    (``backward_compatible``) is none of these."""
+    """TGL201's premise: the file spells a grad-mode API (``no_grad``,
+    ``inference_mode``, ``set_grad_enabled``: the regions it checks), or it
+    has a ``for`` loop that may walk a data source (:func:`iterates_data_somewhere`:
+    the evaluation loop without ``no_grad`` it also reports) and a ``.train(``
+    call (a helper's mode switch) or a backward call
+    (:func:`may_call_backward`: the training that loop must follow). The word
+    "backward" in a comment, a docstring or a name (``backward_compatible``)
+    is no backward call."""
     s = facts.source
-    return any(t in s for t in ("no_grad", "inference_mode", "set_grad_enabled", ".train(")) \
-        or may_call_backward(s)
+    if any(t in s for t in ("no_grad", "inference_mode", "set_grad_enabled")):
+        return True
+    if ".train(" not in s and not may_call_backward(s):
+        return False
+    return facts.tree is None or iterates_data_somewhere(facts.tree)
+
+
+# A name of a data source (``analysis.training.iterates_data`` reads it from here).
+DATA_SOURCE_NAME = re.compile(r"(loader|data|batch|dataset|sampler|iterator|^dl$|^ds$|_dl$|_ds$|episodes?$|^env"
+                              r"|^(tr|va|val|valid|validation|test|train|dev|eval)(_|$))", re.I)
+
+
+def iterates_data_somewhere(tree: ast.Module) -> bool:
+    """Whether some ``for`` loop of ``tree`` may walk a data source as
+    ``analysis.training.iterates_data`` decides it: its target is a tuple, or
+    a name or attribute in its iterable matches :data:`DATA_SOURCE_NAME` or is
+    a capitalised ``...Loader...`` (a superset: every name of the iterable is
+    tried, not only the one that function settles on)."""
+    for st in _statements(tree.body):
+        if not isinstance(st, (ast.For, ast.AsyncFor)):
+            continue
+        if isinstance(st.target, ast.Tuple):
+            return True
+        for n in ast.walk(st.iter):
+            name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+            if name and (DATA_SOURCE_NAME.search(name) or (name[:1].isupper() and "Loader" in name)):
+                return True
+    return False
 
 
 # ``torch.nn.functional`` / ``torch`` dropouts and SDPA (TGL203's calls, by last name).

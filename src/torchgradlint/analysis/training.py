@@ -3,7 +3,6 @@ seen through same-file helpers (``train_step(batch)`` called in a loop)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -11,6 +10,7 @@ import libcst as cst
 
 from .model import Call, FileModel, Loop, Scope, names_in
 from .names import dotted_name
+from ..prefilter import DATA_SOURCE_NAME
 from .steps import Backward, OptimizerStep, backward_call, optimizer_step
 
 _MAX_DEPTH = 3
@@ -126,8 +126,8 @@ def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
 
 _ITER_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "islice", "reversed", "sorted", "list",
                             "tuple", "cycle", "chain", "progress_bar", "track"})
-_DATA_SOURCE = re.compile(r"(loader|data|batch|dataset|sampler|iterator|^dl$|^ds$|_dl$|_ds$|episodes?$|^env"
-                          r"|^(tr|va|val|valid|validation|test|train|dev|eval)(_|$))", re.I)
+# shared with the prefilter's TGL201 premise (``prefilter.iterates_data_somewhere``)
+_DATA_SOURCE = DATA_SOURCE_NAME
 
 
 def iterates_data(model: FileModel, loop: Loop) -> bool:
