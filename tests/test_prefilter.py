@@ -517,8 +517,11 @@ def test_stores_with_grad_enabled_premise_follows_definition_time_calls():
     # a top-level loop that stores, and a top-level loop that does not
     assert may_store_with_grad_enabled(_tree("hist = []\nfor b in loader:\n    hist.append(net(b))\n"))
     assert not may_store_with_grad_enabled(_tree("for name in names:\n    print(name)\n"))
-    # a backward or grad-mode API anywhere keeps the file
-    assert may_store_with_grad_enabled(_tree("def f(l):\n    l.backward()\n"))
+    # with a backward (or a grad-mode API) spelled, a lasting store anywhere keeps the file ...
+    assert may_store_with_grad_enabled(_tree(
+        "def f(model, xs):\n    for x in xs:\n        l = model(x)\n        l.backward()\n        h.append(l)\n"))
+    # ... and without any lasting store the rule has nothing to report
+    assert not may_store_with_grad_enabled(_tree("def f(l):\n    l.backward()\n    return [l.item()]\n"))
 
 
 def test_unregistered_attribute_premise_needs_a_class_that_may_be_a_torch_module():

@@ -631,8 +631,10 @@ def _stores_or_calls(nodes: list, called: set[str]) -> bool:
 def may_store_with_grad_enabled(facts: FileFacts) -> bool:
     """TGL101's premise, refining stage 2's :func:`lacks_grad_evidence`: a
     finding needs a store (``append``, ``+=``, ``x[k] = v``, ...) that
-    outlives a loop iteration (in a loop, or into ``self``) where grad mode is
-    known enabled, or a backward. Without a backward call and without
+    outlives a loop iteration (in a loop, or into ``self``;
+    ``loss_kept_with_graph._persists``) where grad mode is known enabled, or
+    a backward. With a backward call or grad evidence spelled, such a store
+    anywhere keeps the file. Without a backward call and without
     :data:`GRAD_EVIDENCE`, grad mode is known enabled only in code that runs
     at definition time (module and class bodies) and in the functions its
     calls reach, transitively, by name (``FileModel.base_mode`` asks every
@@ -642,12 +644,17 @@ def may_store_with_grad_enabled(facts: FileFacts) -> bool:
     functions are called by the test runner, hold none."""
     s = facts.source
     tree = facts.tree
-    if tree is None or any(t in s for t in GRAD_EVIDENCE) or may_call_backward(s):
+    if tree is None:
         return True
     functions: dict[str, list[ast.AST]] = {}
     for st in _statements(tree.body):
         if isinstance(st, _DEFS):
             functions.setdefault(st.name, []).append(st)
+    if any(t in s for t in GRAD_EVIDENCE) or may_call_backward(s):
+        # grad mode may be known anywhere: a lasting store anywhere is enough
+        scratch: set[str] = set()
+        return _stores_or_calls(list(tree.body), scratch) or _class_bodies_store(tree, scratch) or any(
+            _stores_or_calls(fn.body, scratch) for fns in functions.values() for fn in fns)  # type: ignore[attr-defined]
     called: set[str] = set()  # definition-time code: the module body and every class body
     if _stores_or_calls(list(tree.body), called) or _class_bodies_store(tree, called):
         return True
