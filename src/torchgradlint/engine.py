@@ -192,6 +192,7 @@ def lint_source(
     apply_noqa: bool = True,
     tree: Optional[ast.Module] = None,
     project: Optional["ProjectIndex"] = None,
+    facts: Optional[FileFacts] = None,
 ) -> LintResult:
     """All diagnostics of ``rules`` for one file's text, sorted by position.
 
@@ -206,6 +207,10 @@ def lint_source(
         project: the index of the file's project, to resolve names it
             imports from other files (:mod:`torchgradlint.project_index`);
             the result's ``deps`` then lists the files consulted.
+        facts: the prefilter's :class:`~torchgradlint.prefilter.FileFacts` of
+            ``source``, when the caller already asked the prefilter (the
+            flake8 plugin does): its tree, call scan and premise verdicts
+            are reused; ``tree`` is then ignored.
 
     A syntax error yields a single ``TGL000`` diagnostic instead of raising.
     """
@@ -213,7 +218,7 @@ def lint_source(
         # ``_lint_paused`` returns only diagnostics: its trees are freed by
         # reference counting before the collector resumes, so the collection
         # that resumes it walks a small heap, not a whole LibCST tree.
-        return _lint_paused(source, path, rules, apply_noqa, tree, project)
+        return _lint_paused(source, path, rules, apply_noqa, facts or FileFacts(source, tree), project)
 
 
 # What :meth:`ProjectIndex.prefilter_hint` can add to a file's text.
@@ -221,9 +226,10 @@ _GRAD_HINTS = "\n# inference_mode set_grad_enabled"
 
 
 def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa: bool,
-                 tree: Optional[ast.Module], project: Optional["ProjectIndex"] = None) -> LintResult:
-    """:func:`lint_source`'s work, run with the cyclic collector paused."""
-    facts = FileFacts(source, tree)  # one Python ``ast`` and one call scan for every prefilter question
+                 facts: FileFacts, project: Optional["ProjectIndex"] = None) -> LintResult:
+    """:func:`lint_source`'s work, run with the cyclic collector paused;
+    ``facts`` answers every prefilter question (one Python ``ast``, one call
+    scan)."""
     active = candidate_rules(source, rules, facts=facts)
     used: dict[str, str] = {}
     # The prefilter sees one file: a decorator of the project that switches grad mode off is spelled
@@ -256,7 +262,7 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     view = project.view(path, module, used) if project is not None else None
     try:
         diags = _diagnostics(module, indents.text if indents else source, path, active,
-                             tree if indents is None else None, view, revivable)
+                             facts.built_tree if indents is None else None, view, revivable)
     except RecursionError:  # a rule or position pass that recurses per nesting level
         return LintResult([_too_deep(path, "analysed")], True)
     deps = view.deps() if view is not None else []

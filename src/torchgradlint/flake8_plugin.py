@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Optional
 
     from .limits import Budget
+    from .prefilter import FileFacts
     from .project_index import ProjectIndex
 
 _MARKERS: dict[str, bool] = {}  # folder -> holds a project marker, for this flake8 process
@@ -113,6 +114,7 @@ class Plugin:
     name = "torchgradlint"
     version = __version__
     _codes: tuple[str, ...] | None = None  # TGL codes flake8 selects; None: not decided yet
+    _facts: "FileFacts | None" = None  # the prefilter's facts of the file being linted (``_ruled_out``)
     # Per process, for the files after the first: the prefilter specs of the
     # selected codes, and the codes per (selection, config, ignores).
     _specs: dict[tuple[str, ...] | None, list[Any]] = {}
@@ -191,7 +193,7 @@ class Plugin:
             return
         project = self._project()
         result = engine.lint_source(source, self.filename, [get_rule(c) for c in codes], apply_noqa=False,
-                                    tree=self.tree if isinstance(self.tree, ast.Module) else None, project=project)
+                                    project=project, facts=self._facts)
         if project is not None and project.fresh:
             project.save(_CACHE["default"])
         for d in result.diagnostics:
@@ -202,7 +204,7 @@ class Plugin:
         decided on :mod:`torchgradlint.rule_index`: no rule, no LibCST and no
         analysis is imported for such a file (unless a decorator of the file
         must be looked up in the project index)."""
-        from .prefilter import PrefilterSpec, candidate_rules
+        from .prefilter import FileFacts, PrefilterSpec, candidate_rules
         from .registry import rule_index
 
         specs = self._specs.get(self._codes)
@@ -212,11 +214,13 @@ class Plugin:
                 for r in rule_index()
                 if self._codes is None or r.code in self._codes]
         tree = self.tree if isinstance(self.tree, ast.Module) else None
-        if candidate_rules(source, specs, tree):
+        self._facts = FileFacts(source, tree)  # shared with the engine (tree, call scan, verdicts)
+        if candidate_rules(source, specs, facts=self._facts):
             return False
         project = self._project() if "@" in source else None
         hint = project.prefilter_hint(self.filename, source, {}) if project is not None else ""
-        return not (hint and candidate_rules(source + "\n#" + hint, specs, tree))
+        return not (hint and candidate_rules(source + "\n#" + hint, specs,
+                                             facts=self._facts.with_comment("\n#" + hint)))
 
     def _project(self) -> "Optional[ProjectIndex]":
         """The project index of this file: the one of the nearest folder

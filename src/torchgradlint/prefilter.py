@@ -211,8 +211,7 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]], tree: Optional[a
     if any(r.needs_grad_evidence for r in active) and _lacks_grad_evidence(facts):
         active = [r for r in active if not r.needs_grad_evidence]
     if any(getattr(r, "ast_prefilter", "") for r in active):
-        active = [r for r in active if not getattr(r, "ast_prefilter", "")
-                  or AST_PREFILTERS[r.ast_prefilter](facts)]
+        active = [r for r in active if not getattr(r, "ast_prefilter", "") or facts.holds(r.ast_prefilter)]
     return active
 
 
@@ -236,6 +235,7 @@ class FileFacts:
         self.source = source
         # the tree and the scan's results, shared with :meth:`with_comment`'s copies
         self._shared: dict[str, object] = {"tree": tree} if tree is not None else {}
+        self._verdicts: dict[str, bool] = {}  # premise name -> verdict, for this text
 
     def with_comment(self, comment: str) -> "FileFacts":
         """The facts of this file's text with ``comment`` (comment lines only)
@@ -251,6 +251,19 @@ class FileFacts:
         if "tree" not in self._shared:
             self._shared["tree"] = python_ast(self.source)
         return self._shared["tree"]  # type: ignore[return-value]
+
+    @property
+    def built_tree(self) -> Optional[ast.Module]:
+        """The tree if it was given or already built, else ``None`` (never builds it)."""
+        return self._shared.get("tree")  # type: ignore[return-value]
+
+    def holds(self, premise: str) -> bool:
+        """The verdict of the premise named ``premise`` (:data:`AST_PREFILTERS`),
+        computed once per :class:`FileFacts`."""
+        verdict = self._verdicts.get(premise)
+        if verdict is None:
+            verdict = self._verdicts[premise] = bool(AST_PREFILTERS[premise](self))
+        return verdict
 
     @property
     def called(self) -> set[str]:
@@ -342,12 +355,15 @@ def _statements(body: list) -> "Iterator[ast.stmt]":
             stack.extend(reversed(case.body))
 
 
-def _display_may_hold(node: ast.expr) -> bool:
+def _display_may_hold(node: ast.expr, classes: set[str]) -> bool:
     """Whether a container display or comprehension has an element that can be
-    a layer constructor or a ``requires_grad`` tensor: a call, or a name (bound
-    to one). Literals, attributes and subscripts cannot (what TGL006 reads as
-    an item: ``module_class_facts.is_stateful_module_ctor`` /
-    ``is_requires_grad_tensor`` take calls only)."""
+    a layer constructor or a ``requires_grad`` tensor (what TGL006 reads as an
+    item: ``module_class_facts.is_stateful_module_ctor`` /
+    ``is_requires_grad_tensor``, which take calls only): a name (it may be
+    bound to one), or a call of a capitalised name (``nn.Linear``), of a
+    same-file class, with a ``requires_grad`` keyword or of
+    ``.requires_grad_``. Literals, attributes, subscripts and calls such as
+    ``len(x)`` or ``p.data.clone()`` cannot."""
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         items = node.elts
     elif isinstance(node, ast.Dict):
@@ -356,7 +372,15 @@ def _display_may_hold(node: ast.expr) -> bool:
         items = [node.value]
     else:
         items = [node.elt]  # type: ignore[attr-defined]
-    return any(isinstance(i, (ast.Call, ast.Name)) for i in items)
+    for item in items:
+        if isinstance(item, ast.Name):
+            return True
+        if isinstance(item, ast.Call):
+            name = _callee_name(item)
+            if name[:1].isupper() or name in classes or name == "requires_grad_" or any(
+                    k.arg == "requires_grad" for k in item.keywords):
+                return True
+    return False
 
 
 def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
@@ -383,7 +407,7 @@ def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
         if not isinstance(cls, ast.ClassDef) or not _may_be_torch_module_class(cls, classes, torch_names):
             continue
         for st in _statements(cls.body):
-            if isinstance(st, _DEFS) and st.name == "__init__" and _init_may_hold(st):
+            if isinstance(st, _DEFS) and st.name == "__init__" and _init_may_hold(st, classes):
                 return True
     return False
 
@@ -421,7 +445,7 @@ def _may_be_torch_module_class(cls: ast.ClassDef, classes: set[str], torch_names
     return False
 
 
-def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef") -> bool:
+def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef", classes: set[str]) -> bool:
     params = [*init.args.posonlyargs, *init.args.args]
     if not params:
         return False
@@ -433,7 +457,7 @@ def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef") -> bool:
     local: dict[str, bool] = {}
     for b in body:
         if isinstance(b, (ast.Assign, ast.AnnAssign)) and isinstance(b.value, _CONTAINER_DISPLAYS):
-            holds = builds or _display_may_hold(b.value)
+            holds = builds or _display_may_hold(b.value, classes)
             for t in (b.targets if isinstance(b, ast.Assign) else [b.target]):
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
@@ -446,7 +470,7 @@ def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef") -> bool:
                                      and isinstance(targets[0].value, ast.Name) and targets[0].value.id == me):
             continue
         v = b.value
-        if isinstance(v, _CONTAINER_DISPLAYS) and (builds or _display_may_hold(v)):
+        if isinstance(v, _CONTAINER_DISPLAYS) and (builds or _display_may_hold(v, classes)):
             return True
         if isinstance(v, ast.Name) and local.get(v.id):
             return True
