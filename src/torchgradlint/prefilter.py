@@ -206,6 +206,10 @@ def candidate_rules(source: str, rules: Sequence[type["Rule"]], tree: Optional[a
     active = [r for r in rules if r.may_fire(source)]
     if any(r.needs_backward for r in active) and not may_call_backward(source):
         active = [r for r in active if not r.needs_backward]
+    if any(not r.needs_grad_evidence and not getattr(r, "ast_prefilter", "") for r in active):
+        # The file is parsed anyway (a rule without a premise may fire): the ast stage could only
+        # skip a few rule checks, which cost less than building Python's ``ast`` for it.
+        return active
     if facts is None:
         facts = FileFacts(source, tree)  # builds the tree at most once, when a premise needs it
     if any(r.needs_grad_evidence for r in active) and _lacks_grad_evidence(facts):
