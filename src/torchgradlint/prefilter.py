@@ -42,7 +42,9 @@ never to drop a finding (``tests/test_prefilter.py``):
    29 PyPI packages these two stages keep 817 files for the parser instead
    of 1,819 (checked against the full analysis on 8,771 files of the
    corpora, the PyPI packages, the fixtures, the dev set and the shapes: no
-   finding dropped; ``realcode/check_prefilter.py``).
+   finding dropped; ``realcode/check_prefilter.py``). Stage 2 runs only for
+   a file that no premise-less rule keeps: one it keeps is parsed anyway,
+   and the premises would cost more than the rule checks they could skip.
 
 PyTorch docs: "Locally disabling gradient computation"
 (https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation).
