@@ -668,9 +668,8 @@ def may_store_with_grad_enabled(facts: FileFacts) -> bool:
     :data:`GRAD_EVIDENCE`, grad mode is known enabled only in code that runs
     at definition time (module and class bodies) and in the functions its
     calls reach, transitively, by name (``FileModel.base_mode`` asks every
-    same-file call site; a function with none is unknown). So the file must
-    spell a backward or grad evidence, or such code must hold such a store.
-    Library modules whose top level only defines, and test files whose test
+    same-file call site; a function with none is unknown), so that code must
+    hold such a store. Library modules whose top level only defines, and test files whose test
     functions are called by the test runner, hold none."""
     s = facts.source
     tree = facts.tree
