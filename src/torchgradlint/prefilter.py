@@ -300,7 +300,7 @@ class FileFacts:
                 f = node.func
                 if isinstance(f, ast.Attribute):
                     called.add(f.attr)
-                    if f.attr in ("step", "scale") and _SCALER_RECEIVER.search(_last_name(f.value)):
+                    if f.attr in ("step", "scale") and SCALER_NAME.search(_last_name(f.value)):
                         scaler = True
                     elif f.attr == "eval" and not node.args and not node.keywords:
                         evals = True
@@ -318,8 +318,9 @@ class FileFacts:
         self._shared.update(called=called, eval=evals, scaler=scaler)
 
 
-# ``amp_facts.is_scaler``'s name test: a dotted name whose last part ends in "scaler".
-_SCALER_RECEIVER = re.compile(r"scaler$", re.IGNORECASE)
+# A name that holds a gradient scaler when the file does not show its construction: the last
+# part of a dotted name ending in "scaler" (``analysis.amp_facts.is_scaler`` reads it from here).
+SCALER_NAME = re.compile(r"scaler$", re.IGNORECASE)
 
 
 def _last_name(node: ast.expr) -> str:

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import bisect
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
 
+from ..prefilter import SCALER_NAME
 from .model import Call, FileModel, Scope, is_literal
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
@@ -39,8 +39,8 @@ SCALER_CLASSES = frozenset({
     "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
     "torch.distributed.fsdp.ShardedGradScaler",
 })
-#: a name that holds a scaler when the file does not show its construction
-_SCALER_NAME = re.compile(r"scaler$", re.I)
+#: a name that holds a scaler when the file does not show its construction (shared with TGL302's premise)
+_SCALER_NAME = SCALER_NAME
 
 #: gradient-clipping functions and the name of their threshold argument (position 1)
 CLIP_FUNCTIONS = {
