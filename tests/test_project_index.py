@@ -266,3 +266,138 @@ def test_the_root_is_the_nearest_marked_folder(tmp_path):
     loose.mkdir(parents=True)
     assert project_index.find_root(loose / "m.py", tmp_path / "loose") == tmp_path / "loose"
     assert project_index.find_root(loose / "m.py", tmp_path / "elsewhere") is None
+
+
+def test_a_decorator_the_outline_decides_needs_no_full_summary(tmp_path, capsys, summarised):
+    """``timed`` spells no grad-mode API: its effect comes from Python's
+    ``ast`` (an outline); ``evaluation`` spells one, so its file gets the
+    full LibCST summary, once."""
+    write(tmp_path, {"utils.py": DECORATORS, "main.py": FIT.format(name="evaluation"),
+                     "timed.py": FIT.format(name="timed")})
+    assert main(["check", "--cache-dir", ".cache", "--select", "TGL002", "timed.py"]) == 0
+    assert summarised() == []
+    assert main(["check", "--cache-dir", ".cache", "--select", "TGL002", "main.py"]) == 1
+    assert "main.py:10:9: TGL002" in capsys.readouterr().out
+    assert summarised() == ["utils.py"]
+    (tmp_path / "main.py").write_text(FIT.format(name="evaluation") + "\n# edited\n")
+    assert main(["check", "--cache-dir", ".cache", "--select", "TGL002", "main.py"]) == 1
+    assert summarised() == ["utils.py"]  # the upgraded summary was saved with the cache
+
+
+# Shapes where an outline could drift from the full summary: one-line suites (not looked into),
+# handlers, elif/else, try/else/finally, function-level imports, aliases by assignment (plain,
+# parallel, in a loop, shadowing an import), star imports, grad-mode names in comments before,
+# inside and after a definition, a decorated class, async functions.
+TRICKY = """\
+import torch
+import torch.nn as nn
+import os.path
+from a.b import c as d, e
+from . import sibling
+from .pkg.mod import Thing as Other
+from ..up import *
+if TYPE_CHECKING: from .typing_only import Hidden
+try:
+    from .fast import impl
+except ImportError: from .slow import impl2
+except OSError:
+    from .other import impl3
+else:
+    from .never import skipped
+finally:
+    from .nor import this
+if A:
+    from .x import one
+elif B:
+    from .y import two
+else:
+    from .z import three
+
+nn2 = torch.nn
+F, opt = torch.nn.functional, torch.optim
+e = torch.autograd
+for _ in range(1):
+    G = nn.functional
+gm = torch.autograd.grad_mode.no_grad
+
+
+def helper():
+    from q.r import inner
+    return inner
+
+
+# wraps torch.no_grad: the comment belongs to the next definition
+@functools.wraps
+def wrapped(fn):
+    return fn
+
+
+def after():
+    pass
+    # set_grad_enabled in a trailing comment
+
+
+async def runner():
+    with torch.inference_mode():
+        pass
+
+
+@dataclass
+class Cfg(nn.Module):
+    x: int = 1
+
+if A:
+    def cond():
+        pass
+try:
+    class Tried:
+        pass
+except Exception:
+    def fallback():
+        with torch.enable_grad():
+            pass
+"""
+
+
+def _agrees(source):
+    """Whether the outline of ``source`` names the same symbols and imports as
+    its full summary and every decided effect matches."""
+    out, full = project_index.outline(source), project_index.summarise(source, "m.py")
+    assert out is not None and full is not None
+    assert set(out["symbols"]) == set(full["symbols"])
+    assert out["imports"] == full["imports"]
+    for name, (_, _, effect) in out["symbols"].items():
+        assert effect in (project_index.UNDECIDED, full["symbols"][name][2]), name
+    return out
+
+
+def test_the_outline_agrees_with_the_full_summary_on_tricky_shapes():
+    out = _agrees(TRICKY)
+    effects = {name: s[2] for name, s in out["symbols"].items()}
+    assert effects["Cfg"] is None and effects["cond"] is None and effects["Tried"] is None
+    # the comment between two definitions may belong to either: both stay undecided
+    assert effects["helper"] == effects["wrapped"] == project_index.UNDECIDED
+    assert effects["after"] == effects["runner"] == effects["fallback"] == project_index.UNDECIDED
+    assert out["imports"]["Other"] == ".pkg.mod.Thing" and out["imports"]["three"] == ".z.three"
+    assert "Hidden" not in out["imports"] and "impl2" not in out["imports"]  # one-line suites: not looked into
+    assert out["imports"]["e"] == "torch.autograd"  # the assignment after the import wins
+
+
+def test_the_outline_agrees_with_the_full_summary_on_the_fixtures():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = sorted((root / "fixtures").rglob("*.py")) + sorted((root / "src").rglob("*.py"))
+    assert len(files) > 100
+    for f in files:
+        _agrees(f.read_text(encoding="utf-8"))
+
+
+def test_an_outline_python_rejects_falls_back_to_the_full_summary(tmp_path):
+    # tabs and spaces mixed in a way Python's tokenizer rejects and LibCST accepts
+    text = "import torch\nclass Net:\n    def f(self):\n\tpass\n"
+    assert project_index.outline(text) is None
+    (tmp_path / "m.py").write_text(text)
+    index = project_index.ProjectIndex(tmp_path)
+    entry = index.entry(tmp_path / "m.py")
+    assert entry is not None and entry[3] == project_index.summarise(text, str(tmp_path / "m.py"))

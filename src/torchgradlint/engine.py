@@ -240,7 +240,7 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
         revivable = [r for r in candidate_rules(source + _GRAD_HINTS, rules, facts=facts.with_comment(_GRAD_HINTS))
                      if r not in active]
         if revivable and not active:
-            hint = project.prefilter_hint(path, source, used)
+            hint = project.prefilter_hint(path, source, used, lambda: facts.tree)
             if hint:
                 active = candidate_rules(source + "\n#" + hint, rules, facts=facts.with_comment("\n#" + hint))
                 revivable = [r for r in revivable if r not in active]

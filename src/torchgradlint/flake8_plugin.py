@@ -218,7 +218,8 @@ class Plugin:
         if candidate_rules(source, specs, facts=self._facts):
             return False
         project = self._project() if "@" in source else None
-        hint = project.prefilter_hint(self.filename, source, {}) if project is not None else ""
+        facts = self._facts
+        hint = project.prefilter_hint(self.filename, source, {}, lambda: facts.tree) if project is not None else ""
         return not (hint and candidate_rules(source + "\n#" + hint, specs,
                                              facts=self._facts.with_comment("\n#" + hint)))
 

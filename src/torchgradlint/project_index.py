@@ -27,7 +27,12 @@ Net``, ``from pkg.sub import Net``, ``import utils`` then ``utils.Net``):
 
 Files are summarised lazily, only when a linted file asks about a name they
 define, so a run pays for the files its scripts import, not for the whole
-project. Summaries are kept on disk next to the content-hash cache
+project; and in two steps: first an *outline* from Python's ``ast``
+(:func:`outline`: the names a file defines and imports, and the decorator
+effects its text decides), then, only for a question the outline cannot
+answer (a verdict, a definition that spells a grad-mode API), the full
+summary on LibCST and the analysis (on the 29 packages of ``realcode/``, 4 of
+the 56 files the index reached needed it). Summaries are kept on disk next to the content-hash cache
 (:mod:`torchgradlint.cache`: same folder, fingerprint and atomic write), keyed
 by the file's SHA-256; a file whose size and modification time are unchanged
 is not even re-read. A file over :data:`MAX_FILE_BYTES`, or past the
@@ -37,6 +42,8 @@ unknown.
 
 from __future__ import annotations
 
+import ast
+import bisect
 import hashlib
 import os
 import re
@@ -59,7 +66,7 @@ measured corpora reaches it: transformers has 4,700 Python files)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """A larger file is not summarised (the largest in the corpora is 1.0 MB)."""
 
-_FORMAT = 1
+_FORMAT = 2  # 2: entries may hold an outline (``"partial"``)
 # ``@name`` / ``@a.b(...)`` at the start of a line: a decorator, by text.
 _DECORATOR = re.compile(r"^[ \t]*@[ \t]*([A-Za-z_][\w.]*)", re.MULTILINE)
 # Decorators that cannot come from the project.
@@ -251,6 +258,181 @@ def summarise(source: str, path: str) -> Optional[dict]:
     return {"symbols": symbols, "imports": imports}
 
 
+# Words without which no code can name a grad-mode API (:data:`_DISABLING`, :data:`_SWITCHING`, and every
+# spelling ``names.CANONICAL`` maps to them, keep the last name).
+_GRAD_WORDS = re.compile(r"no_grad|enable_grad|set_grad_enabled|inference_mode")
+UNDECIDED = "?"
+"""An outline's decorator effect that only the full summary can give."""
+
+
+def outline(source: str) -> Optional[dict]:
+    """The cheap part of a file's summary, from Python's ``ast`` (a fraction
+    of a LibCST parse and analysis), or ``None`` when Python's parser rejects
+    the text (the full :func:`summarise` then decides).
+
+    Returns:
+        :func:`summarise`'s shape, with ``"partial": True``: the same symbol
+        names and ``imports`` (so names resolve without the full summary);
+        each symbol is ``[None, None, effect]``, its verdict unknown until
+        the full summary is made, and its decorator effect ``None`` when no
+        grad-mode API's name can be spelled in the lines LibCST gives the
+        definition (its leading comments, decorators, body and trailing
+        comments all lie between the statements before and after it), else
+        :data:`UNDECIDED`.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    lines = source.splitlines()
+    top = list(_module_level(tree.body, lines))
+    defs = [n for n in top if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    symbols: dict[str, list] = {}
+    if defs and _GRAD_WORDS.search(source):
+        statements = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+        starts = sorted(_first_line(n) for n in statements)
+        ends = sorted(n.end_lineno or n.lineno for n in statements)
+        for node in defs:
+            first, last = _first_line(node), node.end_lineno or node.lineno
+            i = bisect.bisect_left(ends, first)  # the statements that end before the definition starts
+            j = bisect.bisect_right(starts, last)  # the first statement after it
+            text = "\n".join(lines[ends[i - 1] if i else 0: starts[j] - 1 if j < len(starts) else len(lines)])
+            symbols[node.name] = [None, None, UNDECIDED if _GRAD_WORDS.search(text) else None]
+    else:
+        for node in defs:
+            symbols[node.name] = [None, None, None]
+    return {"symbols": symbols, "imports": _ast_imports(tree, top), "partial": True}
+
+
+def _first_line(node: ast.stmt) -> int:
+    decorators = getattr(node, "decorator_list", None)
+    return min([node.lineno, *(d.lineno for d in decorators)]) if decorators else node.lineno
+
+
+def _module_level(body: list, lines: list[str]) -> Iterable[ast.stmt]:
+    """:func:`_top_level` for Python's ``ast``: module-level statements in
+    source order, looking into the indented blocks (not one-line suites) of
+    an ``if`` (its body, ``elif`` and ``else``) and a ``try`` (its body and
+    handlers)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.If):
+            blocks = [stmt.body, stmt.orelse]
+        elif isinstance(stmt, ast.Try):
+            blocks = [stmt.body, *(h.body for h in stmt.handlers)]
+        else:
+            continue
+        for block in blocks:
+            if block and _indented(block[0], lines):
+                yield from _module_level(block, lines)
+
+
+def _indented(first: ast.stmt, lines: list[str]) -> bool:
+    """Whether the block that starts with ``first`` is an indented block
+    (``first`` starts its line), not a one-line suite (``if x: import y``)."""
+    line = lines[first.lineno - 1].encode("utf-8", "surrogatepass")  # ``col_offset`` counts UTF-8 bytes
+    return not line[: first.col_offset].strip()
+
+
+def _ast_imports(tree: ast.Module, top: list[ast.stmt]) -> dict[str, str]:
+    """:func:`summarise`'s ``imports`` from Python's ``ast`` (``top``: the
+    module-level statements, :func:`_module_level`): the aliases
+    ``names.ImportTable`` records for every import of the file, in source
+    order, then the module-level ``name = torch.x`` aliases the analysis
+    adds (``builder._assume_conventional_names``), those with a dotted spec;
+    then the module-level relative imports (:func:`relative_imports`)."""
+    from .analysis.names import CANONICAL
+
+    imports = sorted((n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))),
+                     key=lambda n: (n.lineno, n.col_offset))
+    aliases: dict[str, str] = {}
+    for node in imports:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    aliases.setdefault(head, head)
+        elif not node.level and node.module:
+            for alias in node.names:
+                if alias.name != "*":
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for target, value in _module_assignments(tree.body):
+        dotted = _ast_dotted(value)
+        if not dotted:
+            continue
+        head, sep, rest = dotted.partition(".")
+        base = aliases.get(head, head)
+        full = f"{base}.{rest}" if sep else base
+        qualified = CANONICAL.get(full, full)
+        if qualified.split(".")[0] == "torch" and dotted != target:
+            aliases[target] = qualified
+    out = {local: spec for local, spec in aliases.items() if "." in spec}
+    for node in top:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name != "*":
+                    out[alias.asname or alias.name] = base + ("" if base.endswith(".") else ".") + alias.name
+    return out
+
+
+def _module_assignments(body: list) -> Iterable[tuple[str, ast.expr]]:
+    """``(name, value)`` of each single-name assignment whose scope is the
+    module (any block outside a function or class), in source order, as the
+    analysis records them: ``a = v`` and each pair of ``a, b = v, w``."""
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            if len(stmt.targets) != 1:
+                continue
+            target, value = stmt.targets[0], stmt.value
+            if isinstance(target, ast.Name):
+                yield target.id, value
+            elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                    and len(target.elts) == len(value.elts) \
+                    and not any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts)) \
+                    and all(isinstance(e, (ast.Name, ast.Attribute)) for e in target.elts):
+                for t, v in zip(target.elts, value.elts):
+                    if isinstance(t, ast.Name):
+                        yield t.id, v
+        elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield from _module_assignments(getattr(stmt, "body", None) or [])
+            for handler in getattr(stmt, "handlers", None) or []:
+                yield from _module_assignments(handler.body)
+            for case in getattr(stmt, "cases", None) or []:
+                yield from _module_assignments(case.body)
+            yield from _module_assignments(getattr(stmt, "orelse", None) or [])
+            yield from _module_assignments(getattr(stmt, "finalbody", None) or [])
+
+
+def _ast_dotted(node: ast.expr) -> Optional[str]:
+    """``a.b.c`` for a chain of ``Name``/``Attribute`` nodes, else ``None``."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _summary(data: bytes, path: str, full: bool) -> Optional[dict]:
+    """The full summary (:func:`summarise`) or else the outline
+    (:func:`outline`) of a file's bytes; ``None`` when they do not decode or
+    parse. Where Python's parser cannot make the outline, the full summary
+    decides."""
+    from .engine import decode_source
+
+    try:
+        source = decode_source(data)
+        made = None if full else outline(source)
+        return made if made is not None else summarise(source, path)
+    except (UnicodeDecodeError, SyntaxError, LookupError, RecursionError):
+        return None
+
+
 # -- the index -----------------------------------------------------------------------------
 class ProjectIndex:
     """Summaries of one project's files, resolved on demand.
@@ -323,15 +505,42 @@ class ProjectIndex:
             if self.summarised >= self.max_files:
                 return None
             self.summarised += 1
-            from .engine import decode_source
-
-            try:
-                summary = summarise(decode_source(data), str(path))
-            except (UnicodeDecodeError, SyntaxError, LookupError, RecursionError):
-                summary = None
-            new = [digest, st.st_size, st.st_mtime_ns, summary]
+            new = [digest, st.st_size, st.st_mtime_ns, _summary(data, str(path), full=False)]
         self.entries[rel] = self.fresh[rel] = new
         return new
+
+    def full_entry(self, path: Path) -> Optional[list]:
+        """:meth:`entry`, with the full summary (:func:`summarise`) in place
+        of an outline (:func:`outline`): made on the first question only it
+        answers (a verdict, an undecided decorator effect)."""
+        entry = self.entry(path)
+        if entry is None or not entry[3] or not entry[3].get("partial"):
+            return entry
+        rel = self._rel(path)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            st = os.stat(path)
+        except OSError:
+            return entry
+        assert rel is not None  # entry() found it under the root
+        new = [hashlib.sha256(data).hexdigest(), st.st_size, st.st_mtime_ns, _summary(data, str(path), full=True)]
+        self.entries[rel] = self.fresh[rel] = self._stats[rel] = new
+        return new
+
+    def effect(self, path: Path, name: str) -> Optional[str]:
+        """The decorator effect of the definition ``name`` of the file
+        ``path`` (``"disabled"``, ``"unknown"`` or ``None``; see
+        :func:`summarise`), from its outline when that decides it."""
+        entry = self.entry(path)
+        if entry is None or not entry[3]:
+            return None
+        effect = entry[3]["symbols"][name][2]
+        if effect == UNDECIDED:
+            entry = self.full_entry(path)
+            symbol = entry[3]["symbols"].get(name) if entry is not None and entry[3] else None
+            effect = symbol[2] if symbol is not None else None
+        return effect
 
     def digest(self, path: str) -> Optional[str]:
         """The SHA-256 of the file ``path`` as it is now, without reading it
@@ -466,8 +675,8 @@ class ProjectIndex:
         if (path, name) in seen:
             return False
         seen.add((path, name))
-        entry = self.entry(path)
-        if entry is None or not entry[3]:
+        entry = self.full_entry(path)
+        if entry is None or not entry[3] or name not in entry[3]["symbols"]:
             return True
         used[str(path)] = entry[0]
         local, deps, _ = entry[3]["symbols"][name]
@@ -487,22 +696,27 @@ class ProjectIndex:
         if entry is not None:
             used[str(path)] = entry[0]
 
-    def prefilter_hint(self, path: str, source: str, used: dict[str, str]) -> str:
+    def prefilter_hint(self, path: str, source: str, used: dict[str, str],
+                       tree: "Optional[ast.Module] | Callable[[], Optional[ast.Module]]" = None) -> str:
         """Text to add to ``source`` for the prefilter
         (:func:`torchgradlint.prefilter.candidate_rules`), which sees one file
         only: ``" inference_mode"`` when a decorator of the file is a project
         definition that disables grad mode (``" set_grad_enabled"`` when it
         switches it on a flag), else ``""``. Decorators are found by text and
         imports by Python's ``ast`` (only when the file has a decorator that
-        is not a torch API). ``used`` collects the files consulted."""
+        is not a torch API). ``used`` collects the files consulted; ``tree``:
+        the file's ``ast``, or a function that gives it (``None`` when Python
+        rejects the text), when the caller has one (the prefilter's)."""
         names = {n for n in _DECORATOR.findall(source) if n.split(".")[0] not in _PLAIN_DECORATORS}
         if not names:
             return ""
-        import ast
+        if callable(tree):
+            tree = tree()
+        elif tree is None:
+            from .prefilter import python_ast
 
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = python_ast(source)
+        if tree is None:
             return ""
         imports: dict[str, str] = {}
         for node in ast.walk(tree):
@@ -522,11 +736,8 @@ class ProjectIndex:
             target = self.resolve(imports.get(head, head) + sep + rest, importer)
             if target is None:
                 continue
-            entry = self.entry(target[0])
-            if entry is None or not entry[3]:
-                continue
-            used[str(target[0])] = entry[0]
-            effect = entry[3]["symbols"][target[1]][2]
+            effect = self.effect(*target)
+            self._note(target[0], used)
             if effect == "disabled":
                 hint += " inference_mode"
             elif effect == "unknown":
@@ -582,8 +793,7 @@ class ProjectView:
             return None
         from .analysis.model import GradMode
 
-        entry = self.index.entry(target[0])
-        effect = entry[3]["symbols"][target[1]][2] if entry is not None and entry[3] else None
+        effect = self.index.effect(*target)
         self.switches_grad = self.switches_grad or effect is not None
         return Decorator({"disabled": GradMode.DISABLED, "unknown": GradMode.UNKNOWN}.get(effect))
 
