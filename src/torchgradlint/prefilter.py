@@ -58,6 +58,10 @@ import unicodedata
 import warnings
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
+from .analysis.torch_api import (FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES,
+                                 PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SDPA, STORE_METHODS, TORCH_DROPOUTS,
+                                 last_names)
+
 if TYPE_CHECKING:  # pragma: no cover
     from .registry import Rule
 
@@ -575,8 +579,7 @@ def iterates_data_somewhere(tree: ast.Module) -> bool:
 
 
 # ``torch.nn.functional`` / ``torch`` dropouts and SDPA (TGL203's calls, by last name).
-_DROPOUT_CALLS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_dropout",
-                            "feature_alpha_dropout", "scaled_dot_product_attention"})
+_DROPOUT_CALLS = last_names(FUNCTIONAL_DROPOUTS | TORCH_DROPOUTS | {SDPA})
 
 
 def may_call_functional_dropout(facts: FileFacts) -> bool:
@@ -586,9 +589,9 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
     return facts.tree is None or not facts.called.isdisjoint(_DROPOUT_CALLS)
 
 
-_PROBABILITY_CALLS = frozenset({"softmax", "Softmax", "sigmoid", "Sigmoid", "expit"})
-_LOGIT_LOSS_CALLS = frozenset({"cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss",
-                               "binary_cross_entropy_with_logits", "BCEWithLogitsLoss", "log"})
+# TGL303's probabilities and the losses (or a ``log``) they must not go into, by last name.
+_PROBABILITY_CALLS = last_names(PROBABILITY_FUNCTIONS) | last_names(PROBABILITY_MODULES)
+_LOGIT_LOSS_CALLS = last_names(LOGIT_LOSS_FUNCTIONS) | last_names(LOGIT_LOSS_MODULES) | {"log"}
 
 
 def may_feed_probabilities_to_loss(facts: FileFacts) -> bool:
@@ -617,8 +620,7 @@ def may_switch_to_eval(facts: FileFacts) -> bool:
 
 # What ``loss_kept_with_graph._stores`` reads as a store: these calls, ``+=``,
 # ``x = x + v``, ``x = torch.cat([x, v])`` and ``x[k] = v``.
-_STORE_METHODS = frozenset({"append", "appendleft", "insert", "extend"})
-_CONCAT_CALLS = frozenset({"cat", "concat", "concatenate", "stack", "vstack", "hstack"})
+_STORE_METHODS = frozenset(STORE_METHODS)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 

@@ -113,3 +113,41 @@ DETACHING_CALLEE_NAME = re.compile(r"(^|[._])(torch_item|to_item|item|to_numpy|t
 
 # Activation checkpointing: runs the given function's forward and returns its output.
 CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
+
+# -- shared with the prefilter's premises (:mod:`torchgradlint.prefilter` matches their last names) --------
+
+# ``torch.nn.functional`` dropouts: ``(input, p=0.5, training=True, inplace=False)`` (TGL203).
+FUNCTIONAL_DROPOUTS = frozenset(f"torch.nn.functional.{n}" for n in (
+    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"))
+# torch-level dropouts: ``(input, p, train)``, ``train`` required (TGL203).
+TORCH_DROPOUTS = frozenset(f"torch.{n}" for n in ("dropout", "alpha_dropout", "feature_dropout",
+                                                   "feature_alpha_dropout"))
+SDPA = "torch.nn.functional.scaled_dot_product_attention"
+
+# Probabilities and the losses that must not be fed them (TGL303): qualified name -> kind.
+SOFTMAX, SIGMOID = "softmax", "sigmoid"
+PROBABILITY_FUNCTIONS = {
+    "torch.softmax": SOFTMAX, "torch.nn.functional.softmax": SOFTMAX, "torch.special.softmax": SOFTMAX,
+    "torch.sigmoid": SIGMOID, "torch.nn.functional.sigmoid": SIGMOID, "torch.special.expit": SIGMOID,
+}
+PROBABILITY_MODULES = {"torch.nn.Softmax": SOFTMAX, "torch.nn.modules.activation.Softmax": SOFTMAX,
+                       "torch.nn.Sigmoid": SIGMOID, "torch.nn.modules.activation.Sigmoid": SIGMOID}
+CE, NLL, BCE_LOGITS = "cross_entropy", "nll_loss", "bce_with_logits"
+LOGIT_LOSS_FUNCTIONS = {"torch.nn.functional.cross_entropy": CE, "torch.nn.functional.nll_loss": NLL,
+                        "torch.nn.functional.binary_cross_entropy_with_logits": BCE_LOGITS}
+LOGIT_LOSS_MODULES = {"torch.nn.CrossEntropyLoss": CE, "torch.nn.NLLLoss": NLL,
+                      "torch.nn.BCEWithLogitsLoss": BCE_LOGITS, "torch.nn.modules.loss.CrossEntropyLoss": CE,
+                      "torch.nn.modules.loss.NLLLoss": NLL, "torch.nn.modules.loss.BCEWithLogitsLoss": BCE_LOGITS}
+
+# Container methods that store a value (TGL101): method -> position of the stored argument.
+STORE_METHODS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
+# Concatenations whose result holds every input's graph (TGL101's ``x = torch.cat([x, v])``).
+CONCAT_FUNCTIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack",
+                              "torch.hstack"})
+
+
+def last_names(qualified: "frozenset[str] | dict[str, str] | set[str]") -> frozenset[str]:
+    """The last names of qualified names (``torch.nn.functional.dropout`` ->
+    ``dropout``): what the prefilter's call scan records for a call the
+    analysis resolves to one of them."""
+    return frozenset(q.rsplit(".", 1)[-1] for q in qualified)

@@ -8,15 +8,9 @@ import libcst as cst
 
 from ..analysis.model import Call, FileModel, names_in
 from ..analysis.module_class_facts import enclosing_method, is_torch_module_class, nodes_under_if, self_name
+from ..analysis.torch_api import FUNCTIONAL_DROPOUTS, SDPA, TORCH_DROPOUTS
 from ..registry import Finding, Rule
 
-# torch.nn.functional dropouts: (input, p=0.5, training=True, inplace=False)
-_FUNCTIONAL = frozenset(f"torch.nn.functional.{n}" for n in (
-    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"))
-# torch-level dropouts: (input, p, train), ``train`` required
-_TORCH_LEVEL = frozenset(f"torch.{n}" for n in (
-    "dropout", "alpha_dropout", "feature_dropout", "feature_alpha_dropout"))
-_SDPA = "torch.nn.functional.scaled_dot_product_attention"
 _SDPA_DROPOUT_POS = 4  # (query, key, value, attn_mask, dropout_p, ...)
 
 
@@ -169,7 +163,7 @@ keep dropout at inference without saying so (then write `training=True`).
     def check(self, model: FileModel) -> Iterator[Finding]:
         for c in model.calls:
             qn = c.qualname or ""
-            if qn not in _FUNCTIONAL and qn not in _TORCH_LEVEL and qn != _SDPA:
+            if qn not in FUNCTIONAL_DROPOUTS and qn not in TORCH_DROPOUTS and qn != SDPA:
                 continue
             if _has_star(c.node):
                 continue
@@ -184,7 +178,7 @@ keep dropout at inference without saying so (then write `training=True`).
                 continue
             shown = c.func_text or qn
             training = cst.Attribute(value=cst.Name(me), attr=cst.Name("training"))
-            if qn == _SDPA:
+            if qn == SDPA:
                 p = c.arg(_SDPA_DROPOUT_POS, "dropout_p")
                 if p is None or _is_zero(p) or self._depends_on_training(model, p, c, method.node):
                     continue
@@ -201,7 +195,7 @@ keep dropout at inference without saying so (then write `training=True`).
             p = c.arg(1, "p")
             if _is_zero(p) or (p is not None and _mentions_training(p)):
                 continue
-            if qn in _TORCH_LEVEL:
+            if qn in TORCH_DROPOUTS:
                 flag = c.arg(2, "train")
                 if not (isinstance(flag, cst.Name) and flag.value == "True"):
                     continue

@@ -19,14 +19,12 @@ from ..analysis.provenance import (
 )
 from ..analysis.training import iterates_data, loop_trains
 from ..analysis.steps import backward_call
+from ..analysis.torch_api import CONCAT_FUNCTIONS, STORE_METHODS
 from ..registry import Finding, Rule
 
-_APPEND_METHODS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
 _CONTAINER_CTORS = frozenset({"list", "dict", "collections.deque", "collections.defaultdict",
                               "collections.OrderedDict", "deque", "defaultdict", "OrderedDict"})
 # Uses of a list of floats that work exactly like uses of a list of tensors.
-_CONCAT_FUNCS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack",
-                           "torch.hstack"})
 _FLOAT_SAFE_FUNCS = frozenset({"len", "sum", "print", "min", "max", "sorted", "statistics.mean", "numpy.mean",
                                "np.mean", "math.fsum", "enumerate", "zip", "list", "round"})
 
@@ -142,8 +140,8 @@ step.
     # -- store sites ---------------------------------------------------------------
     def _stores(self, model: FileModel) -> Iterator[_Store]:
         for c in model.calls:
-            if c.method in _APPEND_METHODS and c.receiver_text:
-                v = c.arg(_APPEND_METHODS[c.method])
+            if c.method in STORE_METHODS and c.receiver_text:
+                v = c.arg(STORE_METHODS[c.method])
                 if v is None:
                     continue
                 if c.method == "extend":
@@ -171,7 +169,7 @@ step.
                 elif dotted_name(right) == t.text:
                     yield _Store(a, a.node, t.text, [left], "accumulate")
             elif a.kind == "assign" and t.text and isinstance(a.value, cst.Call) \
-                    and (model.qualname(a.value.func) or "") in _CONCAT_FUNCS and a.value.args \
+                    and (model.qualname(a.value.func) or "") in CONCAT_FUNCTIONS and a.value.args \
                     and isinstance(a.value.args[0].value, (cst.List, cst.Tuple)):
                 parts = [e.value for e in a.value.args[0].value.elements if isinstance(e, cst.Element)]
                 if any(dotted_name(p) == t.text for p in parts):

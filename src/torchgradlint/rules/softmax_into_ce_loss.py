@@ -10,22 +10,11 @@ from ..analysis.model import Call, FileModel, Scope, _Located
 from ..analysis.modes import module_classes, unwrap
 from ..analysis.names import dotted_name
 from ..analysis.tree import walk
+from ..analysis.torch_api import (BCE_LOGITS, CE, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES, NLL,
+                                  PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SIGMOID, SOFTMAX)
 from ..registry import Finding, Rule
 
-SOFTMAX, SIGMOID = "softmax", "sigmoid"
-_PROB_FUNCTIONS = {
-    "torch.softmax": SOFTMAX, "torch.nn.functional.softmax": SOFTMAX, "torch.special.softmax": SOFTMAX,
-    "torch.sigmoid": SIGMOID, "torch.nn.functional.sigmoid": SIGMOID, "torch.special.expit": SIGMOID,
-}
-_PROB_MODULES = {"torch.nn.Softmax": SOFTMAX, "torch.nn.modules.activation.Softmax": SOFTMAX,
-                 "torch.nn.Sigmoid": SIGMOID, "torch.nn.modules.activation.Sigmoid": SIGMOID}
 _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
-CE, NLL, BCE_LOGITS = "cross_entropy", "nll_loss", "bce_with_logits"
-_LOSS_FUNCTIONS = {"torch.nn.functional.cross_entropy": CE, "torch.nn.functional.nll_loss": NLL,
-                   "torch.nn.functional.binary_cross_entropy_with_logits": BCE_LOGITS}
-_LOSS_MODULES = {"torch.nn.CrossEntropyLoss": CE, "torch.nn.NLLLoss": NLL, "torch.nn.BCEWithLogitsLoss": BCE_LOGITS,
-                 "torch.nn.modules.loss.CrossEntropyLoss": CE, "torch.nn.modules.loss.NLLLoss": NLL,
-                 "torch.nn.modules.loss.BCEWithLogitsLoss": BCE_LOGITS}
 #: which probability each loss must not be fed
 _WRONG_INPUT = {CE: SOFTMAX, NLL: SOFTMAX, BCE_LOGITS: SIGMOID}
 _MAX_DEPTH = 8
@@ -131,8 +120,8 @@ class _Resolver:
 
     def _ctor_kind(self, call: cst.Call, at: _Located, depth: int) -> Optional[str]:
         qn = self.model.qualname(call.func) or ""
-        if qn in _PROB_MODULES:
-            return _PROB_MODULES[qn]
+        if qn in PROBABILITY_MODULES:
+            return PROBABILITY_MODULES[qn]
         if qn in _SEQUENTIAL:
             positional = [a.value for a in call.args if a.keyword is None and not a.star]
             return self.module_kind(positional[-1], at, depth + 1) if positional else None
@@ -177,8 +166,8 @@ class _Resolver:
     def _call_kind(self, node: cst.Call, at: _Located, depth: int) -> Optional[str]:
         model = self.model
         qn = model.qualname(node.func) or ""
-        if qn in _PROB_FUNCTIONS:
-            return _PROB_FUNCTIONS[qn]
+        if qn in PROBABILITY_FUNCTIONS:
+            return PROBABILITY_FUNCTIONS[qn]
         func = node.func
         if isinstance(func, cst.Attribute):
             method = func.attr.value
@@ -204,14 +193,14 @@ class _Resolver:
 
     def loss_kind(self, call: Call) -> Optional[str]:
         """Which loss ``call`` computes: a functional loss or an instance of a loss module."""
-        if call.qualname in _LOSS_FUNCTIONS:
-            return _LOSS_FUNCTIONS[call.qualname]
+        if call.qualname in LOGIT_LOSS_FUNCTIONS:
+            return LOGIT_LOSS_FUNCTIONS[call.qualname]
         if call.qualname and call.qualname.startswith("torch."):
             return None
         ctors = self.constructors(call.node.func, call)
         if not ctors:
             return None
-        kinds = {_LOSS_MODULES.get(self.model.qualname(c.func) or "") for c, _ in ctors}
+        kinds = {LOGIT_LOSS_MODULES.get(self.model.qualname(c.func) or "") for c, _ in ctors}
         return kinds.pop() if len(kinds) == 1 else None
 
 
@@ -241,13 +230,13 @@ def _loss_candidates(model: FileModel):
     texts: set[str] = set()
     for a in model.assigns:
         value = unwrap(a.value)
-        if isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _LOSS_MODULES:
+        if isinstance(value, cst.Call) and (model.qualname(value.func) or "") in LOGIT_LOSS_MODULES:
             texts.update(t.text for t in a.targets if t.text)
     for scope in model.scopes:
         node = scope.node
         if isinstance(node, cst.FunctionDef):
             for p in [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]:
-                if isinstance(p.default, cst.Call) and (model.qualname(p.default.func) or "") in _LOSS_MODULES:
+                if isinstance(p.default, cst.Call) and (model.qualname(p.default.func) or "") in LOGIT_LOSS_MODULES:
                     texts.add(p.name.value)
     if not texts:
         return lambda call: False
@@ -358,7 +347,7 @@ probs = F.softmax(logits, dim=1)  # for metrics only
             if not call.node.args:
                 continue
             inline = isinstance(call.node.func, cst.Call)  # nn.CrossEntropyLoss()(probs, y)
-            if not inline and (call.func_text is None or call.qualname not in _LOSS_FUNCTIONS
+            if not inline and (call.func_text is None or call.qualname not in LOGIT_LOSS_FUNCTIONS
                                and not candidates(call)):
                 continue
             loss = resolver.loss_kind(call)
