@@ -120,8 +120,8 @@ CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkp
 FUNCTIONAL_DROPOUTS = frozenset(f"torch.nn.functional.{n}" for n in (
     "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"))
 # torch-level dropouts: ``(input, p, train)``, ``train`` required (TGL203).
-TORCH_DROPOUTS = frozenset(f"torch.{n}" for n in ("dropout", "alpha_dropout", "feature_dropout",
-                                                   "feature_alpha_dropout"))
+TORCH_DROPOUTS = frozenset(f"torch.{n}" for n in (
+    "dropout", "alpha_dropout", "feature_dropout", "feature_alpha_dropout"))
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 
 # Probabilities and the losses that must not be fed them (TGL303): qualified name -> kind.
