@@ -401,3 +401,22 @@ def test_an_outline_python_rejects_falls_back_to_the_full_summary(tmp_path):
     index = project_index.ProjectIndex(tmp_path)
     entry = index.entry(tmp_path / "m.py")
     assert entry is not None and entry[3] == project_index.summarise(text, str(tmp_path / "m.py"))
+
+
+def test_an_outline_imports_no_libcst(tmp_path):
+    """A decorator the outline decides costs the flake8 plugin no LibCST import."""
+    import subprocess
+
+    write(tmp_path, {"utils.py": DECORATORS, "timed.py": FIT.format(name="timed"),
+                     "main.py": FIT.format(name="evaluation")})
+
+    def probe(name):
+        code = ("import sys\nfrom pathlib import Path\nfrom torchgradlint.project_index import ProjectIndex\n"
+                f"root = Path({str(tmp_path)!r})\nindex = ProjectIndex(root)\n"
+                f"source = (root / {name!r}).read_text()\n"
+                f"print(repr(index.prefilter_hint(str(root / {name!r}), source, {{}})), 'libcst' in sys.modules)\n")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+
+    assert probe("timed.py") == ["''", "False"]
+    # the decorator that spells inference_mode needs the full summary (and the probe sees the import)
+    assert probe("main.py") == ["'", "inference_mode'", "True"]

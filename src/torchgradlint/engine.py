@@ -11,7 +11,6 @@ import gc
 import os
 import re
 import threading
-import tokenize
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import libcst as cst
@@ -19,7 +18,7 @@ import libcst as cst
 from .analysis import build_model
 from .diagnostics import PARSE_ERROR_CODE, Diagnostic, Fix, LintResult, read_file, split_message
 from .limits import DEFAULT_BUDGET, Budget, size_diagnostic
-from .lines import bytes_readline, split_lines
+from .lines import bytes_readline, decode_source, split_lines  # noqa: F401  (decode_source: re-exported)
 from .noqa import NoqaFilter
 from .cells import foreign_spans, in_spans
 from .notebook import JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells
@@ -144,20 +143,6 @@ def parse_module(source: str) -> cst.Module:
     """
     with _parser_output_unvalidated():
         return cst.parse_module(source)
-
-
-def decode_source(data: bytes) -> str:
-    """Decode file bytes the way Python does (PEP 263 cookie, BOM, UTF-8).
-
-    Raises:
-        UnicodeDecodeError: the bytes are not valid in the declared encoding.
-        SyntaxError: the encoding cookie names an unknown codec.
-    """
-    encoding, _ = tokenize.detect_encoding(bytes_readline(data))
-    text = data.decode(encoding)
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return text
 
 
 def _parse_error(source: str, path: str, exc: cst.ParserSyntaxError) -> Diagnostic:

@@ -11,6 +11,7 @@ LibCST and the parser report them) to text uses this module instead.
 from __future__ import annotations
 
 import re
+import tokenize
 from typing import Callable
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -71,3 +72,17 @@ def bytes_readline(data: bytes) -> Callable[[], bytes]:
     """
     lines = iter(m.group() for m in _BYTE_LINE.finditer(data))
     return lambda: next(lines, b"")
+
+
+def decode_source(data: bytes) -> str:
+    """Decode file bytes the way Python does (PEP 263 cookie, BOM, UTF-8).
+
+    Raises:
+        UnicodeDecodeError: the bytes are not valid in the declared encoding.
+        SyntaxError: the encoding cookie names an unknown codec.
+    """
+    encoding, _ = tokenize.detect_encoding(bytes_readline(data))
+    text = data.decode(encoding)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text

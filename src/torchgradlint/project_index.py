@@ -341,7 +341,7 @@ def _ast_imports(tree: ast.Module, top: list[ast.stmt]) -> dict[str, str]:
     order, then the module-level ``name = torch.x`` aliases the analysis
     adds (``builder._assume_conventional_names``), those with a dotted spec;
     then the module-level relative imports (:func:`relative_imports`)."""
-    from .analysis.names import CANONICAL
+    from .analysis.torch_api import CANONICAL
 
     imports = sorted((n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))),
                      key=lambda n: (n.lineno, n.col_offset))
@@ -423,7 +423,7 @@ def _summary(data: bytes, path: str, full: bool) -> Optional[dict]:
     (:func:`outline`) of a file's bytes; ``None`` when they do not decode or
     parse. Where Python's parser cannot make the outline, the full summary
     decides."""
-    from .engine import decode_source
+    from .lines import decode_source
 
     try:
         source = decode_source(data)

@@ -14,29 +14,7 @@ from typing import Optional
 
 import libcst as cst
 
-# Public aliases of one object, mapped to the name rules compare against.
-CANONICAL = {
-    "torch.autograd.no_grad": "torch.no_grad",
-    "torch.autograd.grad_mode.no_grad": "torch.no_grad",
-    "torch.autograd.enable_grad": "torch.enable_grad",
-    "torch.autograd.grad_mode.enable_grad": "torch.enable_grad",
-    "torch.autograd.set_grad_enabled": "torch.set_grad_enabled",
-    "torch.autograd.grad_mode.set_grad_enabled": "torch.set_grad_enabled",
-    "torch.autograd.grad_mode.inference_mode": "torch.inference_mode",
-    "torch.autograd.inference_mode": "torch.inference_mode",
-    "torch.autograd.backward": "torch.autograd.backward",
-    "torch.nn.functional": "torch.nn.functional",
-}
-
-# Names that scripts, notebooks and tutorials use by convention for torch
-# modules. A file that never binds one of them (a notebook whose import cell
-# is missing, a snippet pasted from a tutorial) means the conventional module.
-CONVENTIONAL = {
-    "nn": "torch.nn",
-    "F": "torch.nn.functional",
-    "optim": "torch.optim",
-    "autograd": "torch.autograd",
-}
+from .torch_api import CANONICAL, CONVENTIONAL  # noqa: F401  (re-exported)
 
 
 def dotted_name(node: Optional[cst.CSTNode]) -> Optional[str]:

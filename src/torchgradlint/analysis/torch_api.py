@@ -151,3 +151,29 @@ def last_names(qualified: "frozenset[str] | dict[str, str] | set[str]") -> froze
     ``dropout``): what the prefilter's call scan records for a call the
     analysis resolves to one of them."""
     return frozenset(q.rsplit(".", 1)[-1] for q in qualified)
+
+
+# -- name resolution (:mod:`.names`) --------------------------------------------------------------
+# Public aliases of one object, mapped to the name rules compare against.
+CANONICAL = {
+    "torch.autograd.no_grad": "torch.no_grad",
+    "torch.autograd.grad_mode.no_grad": "torch.no_grad",
+    "torch.autograd.enable_grad": "torch.enable_grad",
+    "torch.autograd.grad_mode.enable_grad": "torch.enable_grad",
+    "torch.autograd.set_grad_enabled": "torch.set_grad_enabled",
+    "torch.autograd.grad_mode.set_grad_enabled": "torch.set_grad_enabled",
+    "torch.autograd.grad_mode.inference_mode": "torch.inference_mode",
+    "torch.autograd.inference_mode": "torch.inference_mode",
+    "torch.autograd.backward": "torch.autograd.backward",
+    "torch.nn.functional": "torch.nn.functional",
+}
+
+# Names that scripts, notebooks and tutorials use by convention for torch
+# modules. A file that never binds one of them (a notebook whose import cell
+# is missing, a snippet pasted from a tutorial) means the conventional module.
+CONVENTIONAL = {
+    "nn": "torch.nn",
+    "F": "torch.nn.functional",
+    "optim": "torch.optim",
+    "autograd": "torch.autograd",
+}
