@@ -107,6 +107,12 @@ def _unknown(inference: bool) -> Provenance:
     return _UNKNOWN_INFERENCE if inference else _UNKNOWN
 
 
+def _frame_key(frame: dict[str, Provenance]) -> tuple:
+    """A hashable key of a call's parameter bindings (nodes and regions by identity)."""
+    return tuple((name, p.state, tuple(map(id, p.no_grad)), tuple(map(id, p.explicit)), tuple(map(id, p.sources)),
+                  p.inference, p.weak) for name, p in frame.items())
+
+
 @dataclass
 class _Cache:
     modules: Optional[frozenset[str]] = None
@@ -477,17 +483,17 @@ class _Evaluator:
         self.literals: dict[int, dict[str, Optional[bool]]] = {}
         self.call_depth = 0
         self.sites: dict[int, _Located] = {}  # callee scope id -> the call site being evaluated
-        self.names: dict = {}
         self.cuts = 0
+        self.context: tuple = ()  # the calls being evaluated, as a key (see :meth:`_push`)
+        self._contexts: list[tuple] = []
 
     # -- names ------------------------------------------------------------------------
     def name(self, text: str, at: _Located, depth: int) -> Provenance:
-        """The value of the name ``text`` where ``at`` runs (memoised per
-        file for evaluations outside any same-file call, per evaluation
-        inside one; a result cut short by a cycle is not memoised)."""
-        shared = not self.env
-        key = (text, id(at)) if shared else (text, id(at), tuple(id(f) for f in self.env.values()))
-        store = _cache(self.m).names if shared else self.names
+        """The value of the name ``text`` where ``at`` runs, memoised per
+        file and per context (the same-file calls being evaluated around it,
+        with their arguments' values: :attr:`context`)."""
+        key = (text, id(at), self.context) if self.context else (text, id(at))
+        store = _cache(self.m).names
         if key in store:
             return store[key]
         # A result cut short by a cycle (``h = f(h)``) or by the depth bound is
@@ -593,7 +599,22 @@ class _Evaluator:
             return None  # ``raise NotImplementedError``: a subclass (maybe in another file) returns the value
         if self.call_depth >= _MAX_CALL_DEPTH or id(callee) in self.env or callee.contains(fact.order):
             return _UNKNOWN
-        self._push(callee, self._bind_params(fact, callee, at, depth), _literal_args(fact, callee), at)
+        frame, literals = self._bind_params(fact, callee, at, depth), _literal_args(fact, callee)
+        # The result depends on the call (site, element), the arguments' values and the calls being
+        # evaluated around it (their frames, literal flags and sites): memoised per file on all of
+        # these, so the queries of one file evaluate each call in each context once.
+        key = ("call", id(node), id(at), index, self.context, _frame_key(frame), tuple(literals.items()))
+        memo = _cache(m).memo
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = self._returned(callee, frame, literals, at, depth, index)
+        return found
+
+    def _returned(self, callee: Scope, frame: dict[str, Provenance], literals: dict[str, Optional[bool]],
+                  at: _Located, depth: int, index: Optional[int]) -> Provenance:
+        """What ``callee`` returns (element ``index``) with its parameters bound to ``frame``."""
+        m = self.m
+        self._push(callee, frame, literals, at)
         try:
             parts = []
             for r in m.returns_of(callee):
@@ -627,8 +648,11 @@ class _Evaluator:
         if site is not None:
             self.sites[id(callee)] = site
         self.call_depth += 1
+        self._contexts.append(self.context)
+        self.context += ((id(callee), _frame_key(frame), tuple(literals.items()), id(site)),)
 
     def _pop(self, callee: Scope) -> None:
+        self.context = self._contexts.pop()
         self.call_depth -= 1
         del self.env[id(callee)]
         del self.literals[id(callee)]
