@@ -190,3 +190,40 @@ def test_loop_over_modules_is_silent():
         def main():
             print(predict(models, x))
         """) == []
+
+
+# A loss backpropagated through a value derived from it (``gen_loss = loss + aux``) has had its saved
+# tensors freed like one backpropagated itself; one cut from it (``loss.detach() + aux``) has not.
+DERIVED = """
+import torch
+def train(model, loader, opt, scaler):
+    total = 0
+    history = []
+    for x in loader:
+        loss = model(x).mean()
+        aux = model(x).pow(2)
+        gen_loss = {combined}
+        gen_loss = gen_loss / 4
+        scaler.scale(gen_loss).backward()
+        opt.step()
+        opt.zero_grad()
+        total += loss
+        history.append(aux)
+    return total
+"""
+
+
+def test_a_loss_backpropagated_through_a_derived_value_keeps_only_its_graph():
+    found = {d.line: d.message for d in diags(DERIVED.format(combined="loss + aux"))}
+    # ``total`` is returned, but its losses can never be backpropagated again: reported
+    assert sorted(found) == [14, 15]
+    assert all("its autograd graph" in m and "every activation" not in m for m in found.values())
+
+
+def test_a_loss_cut_from_the_backpropagated_value_keeps_its_activations():
+    found = {d.line: d.message for d in diags(DERIVED.format(combined="loss.detach() + aux"))}
+    # the returned ``total`` may still be backpropagated by the caller: silent; ``aux`` was freed
+    assert sorted(found) == [15]
+    assert "every activation" not in found[15]
+    found = {d.line: d.message for d in diags(DERIVED.format(combined="loss.detach() + aux.detach()"))}
+    assert "every activation saved for backward" in found[15]

@@ -1091,10 +1091,48 @@ def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: 
         retain = b.retain_graph
         if retain is not None and not (isinstance(retain, cst.Name) and retain.value == "False"):
             continue
-        for root in _backward_roots(b.target):
-            if dotted_name(root) == text and mine & {id(x) for x in model.reaching_bindings(text, b.call)}:
-                return True
+        if _flows_into(model, text, mine, _backward_roots(b.target), b.call):
+            return True
     return False
+
+
+def _flows_into(model: FileModel, text: str, mine: set[int], roots: list[cst.BaseExpression],
+                at: _Located) -> bool:
+    """Whether a binding of ``text`` whose id is in ``mine`` is part of the
+    graph of ``roots`` (read where ``at`` runs): one of them is ``text``
+    with such a binding, or names a value assigned from an expression whose
+    graph holds it through differentiable arithmetic (``gen_loss = loss +
+    aux``, ``total = total / k``; :func:`_graph_roots`), in the same scope."""
+    todo = [(dotted_name(root), at) for root in roots]
+    seen: set[int] = set()
+    while todo:
+        name, where = todo.pop()
+        if not name:
+            continue
+        for binding in model.reaching_bindings(name, where):
+            if name == text and id(binding) in mine:
+                return True
+            if id(binding) in seen or binding.unpacked or binding.value is None \
+                    or binding.kind not in ("assign", "annassign", "augassign"):
+                continue
+            seen.add(id(binding))
+            todo.extend((dotted_name(r), binding) for r in _graph_roots(binding.value))
+            if binding.kind == "augassign":  # ``x += v``: the previous ``x`` is in the graph too
+                todo.append((name, binding))
+    return False
+
+
+def _graph_roots(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The named values whose graph ``expr`` extends by differentiable
+    arithmetic (``+ - * /``, unary minus) and the forms a backward target
+    passes through (:func:`_backward_roots`: ``.sum()``, ``.mean()``,
+    ``scaler.scale(x)``, ``d["loss"]``); a name inside any other call is not
+    one (``x.detach()``, ``x.item()``, ``f(x)``)."""
+    if isinstance(expr, cst.BinaryOperation):
+        return _graph_roots(expr.left) + _graph_roots(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return _graph_roots(expr.expression)
+    return _backward_roots(expr)
 
 
 def backpropagated_names(model: FileModel, scope: Scope) -> set[str]:
