@@ -485,7 +485,6 @@ class _Evaluator:
         self.sites: dict[int, _Located] = {}  # callee scope id -> the call site being evaluated
         self.cuts = 0
         self.context: tuple = ()  # the calls being evaluated, as a key (see :meth:`_push`)
-        self._contexts: list[tuple] = []
 
     # -- names ------------------------------------------------------------------------
     def name(self, text: str, at: _Located, depth: int) -> Provenance:
@@ -603,18 +602,20 @@ class _Evaluator:
         # The result depends on the call (site, element), the arguments' values and the calls being
         # evaluated around it (their frames, literal flags and sites): memoised per file on all of
         # these, so the queries of one file evaluate each call in each context once.
-        key = ("call", id(node), id(at), index, self.context, _frame_key(frame), tuple(literals.items()))
+        arguments = (_frame_key(frame), tuple(literals.items()))
+        key = ("call", id(node), id(at), index, self.context, arguments)
         memo = _cache(m).memo
         found = memo.get(key)
         if found is None:
-            found = memo[key] = self._returned(callee, frame, literals, at, depth, index)
+            found = memo[key] = self._returned(callee, frame, literals, at, depth, index, arguments)
         return found
 
     def _returned(self, callee: Scope, frame: dict[str, Provenance], literals: dict[str, Optional[bool]],
-                  at: _Located, depth: int, index: Optional[int]) -> Provenance:
-        """What ``callee`` returns (element ``index``) with its parameters bound to ``frame``."""
+                  at: _Located, depth: int, index: Optional[int], arguments: tuple) -> Provenance:
+        """What ``callee`` returns (element ``index``) with its parameters bound to ``frame``
+        (``arguments``: the key of ``frame`` and ``literals``)."""
         m = self.m
-        self._push(callee, frame, literals, at)
+        self._push(callee, frame, literals, at, arguments)
         try:
             parts = []
             for r in m.returns_of(callee):
@@ -637,22 +638,24 @@ class _Evaluator:
             self._pop(callee)
 
     def _push(self, callee: Scope, frame: dict[str, Provenance], literals: dict[str, Optional[bool]],
-              site: Optional[_Located] = None) -> None:
+              site: Optional[_Located] = None, arguments: Optional[tuple] = None) -> None:
         """Evaluate inside the same-file function ``callee`` from now on: its
-        parameters bound to ``frame`` (and ``literals``), called from ``site``
-        (``None``: from no particular call), one call level deeper. Undone by
-        :meth:`_pop` (a ``try``/``finally``, not a context manager: this is
-        the evaluator's hottest path)."""
+        parameters bound to ``frame`` (and ``literals``; ``arguments``: their
+        key when the caller made it), called from ``site`` (``None``: from no
+        particular call), one call level deeper. Undone by :meth:`_pop` (a
+        ``try``/``finally``, not a context manager: this is the evaluator's
+        hottest path)."""
         self.env[id(callee)] = frame
         self.literals[id(callee)] = literals
         if site is not None:
             self.sites[id(callee)] = site
         self.call_depth += 1
-        self._contexts.append(self.context)
-        self.context += ((id(callee), _frame_key(frame), tuple(literals.items()), id(site)),)
+        if arguments is None:
+            arguments = (_frame_key(frame), tuple(literals.items()))
+        self.context += ((id(callee), arguments, id(site)),)
 
     def _pop(self, callee: Scope) -> None:
-        self.context = self._contexts.pop()
+        self.context = self.context[:-1]
         self.call_depth -= 1
         del self.env[id(callee)]
         del self.literals[id(callee)]
