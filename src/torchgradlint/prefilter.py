@@ -58,9 +58,9 @@ import unicodedata
 import warnings
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from .analysis.torch_api import (FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES,
-                                 PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SDPA, STORE_METHODS, TORCH_DROPOUTS,
-                                 last_names)
+from .analysis.torch_api import (DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES,
+                                 PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA, STORE_METHODS,
+                                 TORCH_DROPOUTS, last_names)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .registry import Rule
@@ -322,11 +322,6 @@ class FileFacts:
         self._shared.update(called=called, eval=evals, scaler=scaler)
 
 
-# A name that holds a gradient scaler when the file does not show its construction: the last
-# part of a dotted name ending in "scaler" (``analysis.amp_facts.is_scaler`` reads it from here).
-SCALER_NAME = re.compile(r"scaler$", re.IGNORECASE)
-
-
 def _last_name(node: ast.expr) -> str:
     """The last name of a dotted expression (``self.scaler`` -> ``scaler``), else ``""``."""
     if isinstance(node, ast.Attribute) and _dotted(node.value):
@@ -553,11 +548,6 @@ def may_evaluate_trained_module(facts: FileFacts) -> bool:
     if ".train(" not in s and not may_call_backward(s):
         return False
     return facts.tree is None or iterates_data_somewhere(facts.tree)
-
-
-# A name of a data source (``analysis.training.iterates_data`` reads it from here).
-DATA_SOURCE_NAME = re.compile(r"(loader|data|batch|dataset|sampler|iterator|^dl$|^ds$|_dl$|_ds$|episodes?$|^env"
-                              r"|^(tr|va|val|valid|validation|test|train|dev|eval)(_|$))", re.I)
 
 
 def iterates_data_somewhere(tree: ast.Module) -> bool:

@@ -26,10 +26,10 @@ from typing import Optional
 
 import libcst as cst
 
-from ..prefilter import SCALER_NAME
 from .model import Call, FileModel, Scope, is_literal
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
+from .torch_api import SCALER_NAME
 from .tree import walk
 
 #: qualified names of gradient-scaler classes
@@ -39,8 +39,6 @@ SCALER_CLASSES = frozenset({
     "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
     "torch.distributed.fsdp.ShardedGradScaler",
 })
-#: a name that holds a scaler when the file does not show its construction (shared with TGL302's premise)
-_SCALER_NAME = SCALER_NAME
 
 #: gradient-clipping functions and the name of their threshold argument (position 1)
 CLIP_FUNCTIONS = {
@@ -86,7 +84,7 @@ def is_scaler(model: FileModel, text: Optional[str]) -> bool:
     scaler constructor in this file, or named like one (``...scaler``)."""
     if not text:
         return False
-    return text in scaler_constructions(model) or bool(_SCALER_NAME.search(text.rsplit(".", 1)[-1]))
+    return text in scaler_constructions(model) or bool(SCALER_NAME.search(text.rsplit(".", 1)[-1]))
 
 
 def scaler_disabled(model: FileModel, text: Optional[str]) -> bool:

@@ -145,6 +145,13 @@ STORE_METHODS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}
 CONCAT_FUNCTIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack",
                               "torch.hstack"})
 
+# A name of a data source (``training.iterates_data``, TGL201's premise): a ``for`` loop over one walks data.
+DATA_SOURCE_NAME = re.compile(r"(loader|data|batch|dataset|sampler|iterator|^dl$|^ds$|_dl$|_ds$|episodes?$|^env"
+                              r"|^(tr|va|val|valid|validation|test|train|dev|eval)(_|$))", re.I)
+# A name that holds a gradient scaler when the file does not show its construction: the last
+# part of a dotted name ending in "scaler" (``amp_facts.is_scaler``, TGL302's premise).
+SCALER_NAME = re.compile(r"scaler$", re.IGNORECASE)
+
 
 def last_names(qualified: "frozenset[str] | dict[str, str] | set[str]") -> frozenset[str]:
     """The last names of qualified names (``torch.nn.functional.dropout`` ->

@@ -10,7 +10,7 @@ import libcst as cst
 
 from .model import Call, FileModel, Loop, Scope, names_in
 from .names import dotted_name
-from ..prefilter import DATA_SOURCE_NAME
+from .torch_api import DATA_SOURCE_NAME
 from .steps import Backward, OptimizerStep, backward_call, optimizer_step
 
 _MAX_DEPTH = 3
@@ -126,8 +126,6 @@ def training_loop_of(model: FileModel, site: StepSite) -> Optional[Loop]:
 
 _ITER_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "islice", "reversed", "sorted", "list",
                             "tuple", "cycle", "chain", "progress_bar", "track"})
-# shared with the prefilter's TGL201 premise (``prefilter.iterates_data_somewhere``)
-_DATA_SOURCE = DATA_SOURCE_NAME
 
 
 def iterates_data(model: FileModel, loop: Loop) -> bool:
@@ -147,7 +145,7 @@ def iterates_data(model: FileModel, loop: Loop) -> bool:
             if last in _ITER_WRAPPERS and it.args:
                 it = it.args[0].value
                 continue
-            if _DATA_SOURCE.search(last) or last[:1].isupper() and "Loader" in last:
+            if DATA_SOURCE_NAME.search(last) or last[:1].isupper() and "Loader" in last:
                 return True
             if isinstance(it.func, cst.Attribute):
                 it = it.func.value
@@ -157,7 +155,7 @@ def iterates_data(model: FileModel, loop: Loop) -> bool:
     text = dotted_name(it) if it is not None else None
     if text and isinstance(node.target, cst.Tuple) and it is node.iter:
         return True  # ``for x, y in pairs``: (input, target) batches
-    return bool(text) and bool(_DATA_SOURCE.search(text.rsplit(".", 1)[-1]))
+    return bool(text) and bool(DATA_SOURCE_NAME.search(text.rsplit(".", 1)[-1]))
 
 
 def loop_trains(model: FileModel, loop: Loop) -> bool:
