@@ -27,6 +27,7 @@ from .prefilter import FileFacts, candidate_rules
 from .registry import Rule
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .incremental import IncrementalParser
     from .project_index import ProjectIndex, ProjectView
 
 
@@ -178,6 +179,7 @@ def lint_source(
     tree: Optional[ast.Module] = None,
     project: Optional["ProjectIndex"] = None,
     facts: Optional[FileFacts] = None,
+    parser: Optional["IncrementalParser"] = None,
 ) -> LintResult:
     """All diagnostics of ``rules`` for one file's text, sorted by position.
 
@@ -196,6 +198,10 @@ def lint_source(
             ``source``, when the caller already asked the prefilter (the
             flake8 plugin does): its tree, call scan and premise verdicts
             are reused; ``tree`` is then ignored.
+        parser: the :class:`~torchgradlint.incremental.IncrementalParser`
+            of the document when a long-lived host lints it again after
+            edits (the language server): only the top-level statements
+            whose text changed are parsed again.
 
     A syntax error yields a single ``TGL000`` diagnostic instead of raising.
     """
@@ -203,7 +209,7 @@ def lint_source(
         # ``_lint_paused`` returns only diagnostics: its trees are freed by
         # reference counting before the collector resumes, so the collection
         # that resumes it walks a small heap, not a whole LibCST tree.
-        return _lint_paused(source, path, rules, apply_noqa, facts or FileFacts(source, tree), project)
+        return _lint_paused(source, path, rules, apply_noqa, facts or FileFacts(source, tree), project, parser)
 
 
 # What :meth:`ProjectIndex.prefilter_hint` can add to a file's text.
@@ -211,7 +217,8 @@ _GRAD_HINTS = "\n# inference_mode set_grad_enabled"
 
 
 def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa: bool,
-                 facts: FileFacts, project: Optional["ProjectIndex"] = None) -> LintResult:
+                 facts: FileFacts, project: Optional["ProjectIndex"] = None,
+                 parser: Optional["IncrementalParser"] = None) -> LintResult:
     """:func:`lint_source`'s work, run with the cyclic collector paused;
     ``facts`` answers every prefilter question (one Python ``ast``, one call
     scan)."""
@@ -234,7 +241,7 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     indents: Optional[_ExpandedIndentation] = None
     try:
         try:
-            module = parse_module(source)
+            module = parse_module(source) if parser is None else parser.parse(source, facts.tree)
         except cst.ParserSyntaxError as exc:
             indents = _ExpandedIndentation.for_rejected(source)
             if indents is None:
@@ -368,9 +375,9 @@ class _ExpandedIndentation:
 
 
 def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noqa: bool = True,
-               project: Optional["ProjectIndex"] = None) -> LintResult:
+               project: Optional["ProjectIndex"] = None, parser: Optional["IncrementalParser"] = None) -> LintResult:
     """:func:`lint_source` for raw file bytes; undecodable bytes give one
-    ``TGL000`` diagnostic."""
+    ``TGL000`` diagnostic. ``parser``: see :func:`lint_source`."""
     try:
         source = decode_source(data)
     except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
@@ -378,35 +385,38 @@ def lint_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, apply_noq
         return LintResult([Diagnostic(PARSE_ERROR_CODE,
                                       f"file could not be decoded, so it was not linted: {reason}",
                                       path, 1, 1, 1, 1)], False)
-    return lint_source(source, path, rules, apply_noqa=apply_noqa, project=project)
+    return lint_source(source, path, rules, apply_noqa=apply_noqa, project=project, parser=parser)
 
 
 def lint_data(data: bytes, path: str, rules: Sequence[type[Rule]], *,
-              budget: Budget = DEFAULT_BUDGET, project: Optional["ProjectIndex"] = None) -> LintResult:
+              budget: Budget = DEFAULT_BUDGET, project: Optional["ProjectIndex"] = None,
+              parser: Optional["IncrementalParser"] = None) -> LintResult:
     """Lint one file's bytes: a Jupyter notebook when ``path`` ends in
     ``.ipynb`` (see :mod:`torchgradlint.notebook`), else Python source. Bytes
     over ``budget.max_file_size`` give one ``TGL000`` and are not parsed.
-    ``project``: the index of the file's project (see :func:`lint_source`)."""
+    ``project``: the index of the file's project; ``parser``: the
+    document's incremental parser (both: see :func:`lint_source`)."""
     if budget.too_large(len(data)):
         return LintResult([size_diagnostic(path, len(data), budget)], False)
     if is_notebook(path):
         joined = read_notebook(data, path)
         if isinstance(joined, LintResult):
             return joined
-        inner = _lint_notebook(joined, path, rules, project)
+        inner = _lint_notebook(joined, path, rules, project, parser)
         result = map_to_cells(inner, joined)
         result.deps = inner.deps
         return result
-    return lint_bytes(data, path, rules, project=project)
+    return lint_bytes(data, path, rules, project=project, parser=parser)
 
 
 def _lint_notebook(joined: JoinedSource, path: str, rules: Sequence[type[Rule]],
-                   project: Optional["ProjectIndex"] = None) -> LintResult:
+                   project: Optional["ProjectIndex"] = None,
+                   parser: Optional["IncrementalParser"] = None) -> LintResult:
     """Lint a notebook's joined cells. When the program does not parse, the
     cells that do not compile on their own get one ``TGL000`` each and the
     others are still linted (a placeholder exercise cell must not silence
     the whole notebook)."""
-    result = lint_source(joined.source, path, rules, project=project)
+    result = lint_source(joined.source, path, rules, project=project, parser=parser)
     if not any(d.code == PARSE_ERROR_CODE for d in result.diagnostics):
         return result
     bad = unparsable_cells(joined)

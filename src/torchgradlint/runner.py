@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 import traceback
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
@@ -42,6 +42,7 @@ from .registry import Rule, get_rule
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import Cache, EntryKey
+    from .incremental import IncrementalParser
     from .project_index import ProjectIndex
 
 # Below this many files one worker does the work: more cost more than they save.
@@ -89,14 +90,35 @@ def order_key(d: Diagnostic) -> tuple[str, int, int, int, str]:
 Outcome = tuple  # (diagnostics, parsed, internal error or None): one file's result
 
 
+# Per worker process, for a long-lived host: the incremental parser of each
+# document linted again after edits, the most recently linted last.
+_DOCUMENT_PARSERS: "OrderedDict[str, IncrementalParser]" = OrderedDict()
+_DOCUMENTS_KEPT = 8
+
+
+def _document_parser(path: str) -> "IncrementalParser":
+    """The incremental parser of document ``path`` in this process (the
+    :data:`_DOCUMENTS_KEPT` most recent documents keep theirs)."""
+    from .incremental import IncrementalParser
+
+    parser = _DOCUMENT_PARSERS.pop(path, None) or IncrementalParser()
+    _DOCUMENT_PARSERS[path] = parser
+    while len(_DOCUMENT_PARSERS) > _DOCUMENTS_KEPT:
+        _DOCUMENT_PARSERS.popitem(last=False)
+    return parser
+
+
 def _lint_one(args: tuple) -> Outcome:
-    """Worker: ``(path, codes, data or None, budget[, project])`` ->
-    ``(diagnostics, parsed, internal error[, (deps, summaries)])``.
+    """Worker: ``(path, codes, data or None, budget[, project[, incremental]])``
+    -> ``(diagnostics, parsed, internal error[, (deps, summaries)])``.
 
     ``project`` is ``(root, store or None)`` of the file's project index
     (:func:`torchgradlint.project_index.open_index`, kept per process); the
     outcome then carries the project files the result rests on and the
     summaries this worker made since its last file, for the parent to save.
+    ``incremental``: the file is a document a long-lived host lints again
+    after each edit; its parse reuses the previous version's unchanged
+    top-level statements (:mod:`torchgradlint.incremental`).
     """
     from .engine import lint_data, lint_file
 
@@ -106,12 +128,13 @@ def _lint_one(args: tuple) -> Outcome:
         from .project_index import open_index
 
         index = open_index(*args[4])
+    parser = _document_parser(path) if len(args) > 5 and args[5] and data is not None else None
     rules = [get_rule(c) for c in codes]
     try:
         if data is None:
             result = lint_file(path, rules, budget=budget, project=index)
         else:
-            result = lint_data(data, path, rules, budget=budget, project=index)
+            result = lint_data(data, path, rules, budget=budget, project=index, parser=parser)
     except Exception as exc:  # a bug in a rule: report it for this file, keep going
         return ([internal_error(path, exc)], False,
                 f"{path}: internal error while linting (please report):\n{traceback.format_exc()}")
@@ -285,11 +308,11 @@ class ResidentWorker:
             w = self._worker or self._start()
             self._worker = w
             try:
-                w.send(0, (path, tuple(codes), data, budget), budget.file_timeout)
+                w.send(0, (path, tuple(codes), data, budget, None, True), budget.file_timeout)
             except OSError:  # the worker died while idle: start another
                 w.stop(kill=True)
                 w = self._worker = self._start()
-                w.send(0, (path, tuple(codes), data, budget), budget.file_timeout)
+                w.send(0, (path, tuple(codes), data, budget, None, True), budget.file_timeout)
             left = w.deadline - time.monotonic()
             ready = wait([w.conn, w.process.sentinel], timeout=None if left == float("inf") else max(0.0, left))
             if w.conn in ready or (w.process.sentinel in ready and w.conn.poll()):

@@ -25,7 +25,10 @@ Features:
 The lint runs in one resident worker process
 (:class:`~torchgradlint.runner.ResidentWorker`): a document that hangs
 LibCST's parser past ``file-timeout``, or crashes it, is one ``TGL000`` and
-the worker is replaced; the server never stops answering.
+the worker is replaced; the server never stops answering. The worker keeps
+each open document's last parse and, after an edit, parses again only the
+top-level statements (and the statements of a top-level class, function or
+block) whose text changed (:mod:`torchgradlint.incremental`).
 
 Positions: the engine's columns are 1-based code points; LSP's are 0-based
 UTF-16 code units (the protocol's default encoding), converted per line.
