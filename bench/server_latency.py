@@ -7,6 +7,10 @@ waits for its first diagnostics (start-up, imports and the first lint), then
 sends ``--edits`` full-text changes (each inserts a comment line, so every
 version differs and is linted) one at a time and times, for each, from the
 ``didChange`` until the ``publishDiagnostics`` of that version arrives.
+``--edit-at`` says where the comment goes: ``middle`` (default: the middle
+line of the file, indented as that line), ``largest`` (the middle line of
+the largest top-level statement: the most the server's incremental parse
+must parse again) or ``top`` (the first line: the least).
 Prints the median, min and max in milliseconds, and (on Linux) the CPU time
 the server and its worker processes spent per edit: on a busy machine the
 wall-clock round-trip waits for a core, the CPU time does not.
@@ -79,7 +83,26 @@ def tree_cpu_seconds(root: int) -> Optional[float]:
     return total
 
 
-async def measure(text: str, edits: int) -> tuple[float, list[float], int, Optional[float]]:
+def edited(text: str, version: int, where: str) -> str:
+    """``text`` with the comment line ``# edit <version>`` inserted at ``where``
+    (``top``, ``middle`` or ``largest``; see the module's docstring)."""
+    import ast
+
+    lines = text.splitlines(keepends=True)
+    if where == "top" or not lines:
+        return f"# edit {version}\n" + text
+    if where == "largest":
+        body = ast.parse(text).body
+        big = max(body, key=lambda s: (s.end_lineno or s.lineno) - s.lineno)
+        at = (big.lineno + (big.end_lineno or big.lineno)) // 2  # 1-based line inside it, after its first
+    else:
+        at = len(lines) // 2
+    line = lines[at - 1] if at else lines[0]
+    indent = line[:len(line) - len(line.lstrip(" \t"))]
+    return "".join(lines[:at]) + f"{indent}# edit {version}\n" + "".join(lines[at:])
+
+
+async def measure(text: str, edits: int, where: str = "middle") -> tuple[float, list[float], int, Optional[float]]:
     client = LanguageClient("bench", "1")
     arrived: asyncio.Queue = asyncio.Queue()
 
@@ -101,11 +124,11 @@ async def measure(text: str, edits: int) -> tuple[float, list[float], int, Optio
         cpu_before = tree_cpu_seconds(pid) if pid else None
         times = []
         for version in range(2, edits + 2):
-            edited = f"# edit {version}\n" + text
+            new_text = edited(text, version, where)
             sent = time.perf_counter()
             client.text_document_did_change(types.DidChangeTextDocumentParams(
                 text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[types.TextDocumentContentChangeWholeDocument(text=edited)]))
+                content_changes=[types.TextDocumentContentChangeWholeDocument(text=new_text)]))
             while True:
                 at, params = await arrived.get()
                 if params.version == version:
@@ -119,17 +142,26 @@ async def measure(text: str, edits: int) -> tuple[float, list[float], int, Optio
     return startup, times, len(first.diagnostics), cpu
 
 
-def lint_cpu(text: str, rounds: int) -> list[float]:
-    """CPU milliseconds of ``engine.lint_source`` on ``text`` (what the server runs per edit)."""
+def lint_cpu(text: str, rounds: int, where: Optional[str] = None) -> list[float]:
+    """CPU milliseconds of ``engine.lint_source`` on ``text``, parsing the
+    whole file each time; with ``where``, on the edit sequence the server
+    gets (see :func:`edited`), with one incremental parser as the server's
+    worker keeps."""
     from torchgradlint.engine import lint_source
     from torchgradlint.registry import all_rules
 
     rules = [r for r in all_rules() if r.default_enabled]
-    lint_source(text, "train.py", rules)
+    parser = None
+    if where is not None:
+        from torchgradlint.incremental import IncrementalParser
+
+        parser = IncrementalParser()
+    lint_source(text, "train.py", rules, **({"parser": parser} if parser else {}))
     out = []
-    for _ in range(rounds):
+    for version in range(2, rounds + 2):
+        source = text if where is None else edited(text, version, where)
         start = time.process_time()
-        lint_source(text, "train.py", rules)
+        lint_source(source, "train.py", rules, **({"parser": parser} if parser else {}))
         out.append((time.process_time() - start) * 1000)
     return out
 
@@ -160,6 +192,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, help="training file to edit (default: ~500 lines of fixtures)")
     parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument("--edit-at", choices=("middle", "largest", "top"), default="middle",
+                        help="where each edit inserts its comment line (default: the file's middle line)")
     parser.add_argument("--compare-src", type=Path, help="src folder of another version: compare the lint alone")
     parser.add_argument("--alternations", type=int, default=8)
     parser.add_argument("--lint-alone", type=Path, help=argparse.SUPPRESS)  # one measurement, for --compare-src
@@ -170,17 +204,19 @@ def main() -> int:
     text = args.file.read_text() if args.file else training_file()
     if args.compare_src:
         return compare(text, args.compare_src, args.alternations, args.edits)
-    startup, times, found, server_cpu = asyncio.run(measure(text, args.edits))
+    startup, times, found, server_cpu = asyncio.run(measure(text, args.edits, args.edit_at))
     print(f"file: {args.file or 'fixtures'} ({text.count(chr(10))} lines, {found} diagnostics)")
     print(f"start-up to first diagnostics: {startup * 1000:.0f} ms")
-    print(f"round-trip over {len(times)} edits: median {statistics.median(times):.1f} ms, "
+    print(f"round-trip over {len(times)} edits at the {args.edit_at}: median {statistics.median(times):.1f} ms, "
           f"min {min(times):.1f} ms, max {max(times):.1f} ms")
     if server_cpu is not None:
         print(f"CPU of the server and its worker per edit: {server_cpu:.1f} ms (mean)")
     print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    cpu = lint_cpu(text, args.edits)
-    print(f"the lint alone, in this process: median {statistics.median(cpu):.1f} ms CPU "
-          f"(a floor for the round-trip that a loaded machine does not move)")
+    cpu = lint_cpu(text, args.edits, args.edit_at)
+    whole = lint_cpu(text, args.edits)
+    print(f"the lint alone, in this process, on the same edits: median {statistics.median(cpu):.1f} ms CPU "
+          f"(a floor for the round-trip that a loaded machine does not move); "
+          f"parsing the whole file each time: {statistics.median(whole):.1f} ms")
     return 0
 
 
