@@ -436,6 +436,39 @@ def test_functional_dropout_premise_follows_import_aliases():
     assert not may_call_functional_dropout(_tree("self.drop = nn.Dropout(dropout)\nlayer = Block(dropout=0.1)\n"))
 
 
+_DROPOUT_METHOD = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n{head}\n\n" \
+    "class Net(nn.Module):\n    def forward(self, x, q, k, v):\n        return {call}\n"
+
+
+@pytest.mark.parametrize("head, call, kept", [
+    ("", "F.dropout(x, 0.5)", True),
+    ("", "torch.dropout(x, 0.5, True)", True),
+    ("from torch.nn.functional import dropout", "dropout(x, 0.5)", True),
+    ("from torch.nn.functional import dropout as drop", "drop(x, 0.5)", True),
+    ("drop = F.dropout", "drop(x, 0.5)", True),  # a module-level alias the builder resolves
+    ("if True:\n    drop = torch.nn.functional.dropout", "drop(x, 0.5)", True),
+    ("", "F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)", True),
+    ("", "F.scaled_dot_product_attention(q, k, v, None, 0.1)", True),
+    # a dropout module's call, SDPA without a dropout probability, star arguments: the rule never fires
+    ("", "self.dropout(x)", False),
+    ("", "self.attn.dropout(x, 0.5)", False),
+    ("", "F.scaled_dot_product_attention(q, k, v, is_causal=True)", False),
+    ("", "F.dropout(*x)", False),
+    ("", "F.scaled_dot_product_attention(q, k, v, **kw)", False),
+    ("def dropout(x, p):\n    return x", "dropout(x, 0.5)", False),  # a local function, not torch's
+])
+def test_functional_dropout_premise_matches_the_rule(head, call, kept):
+    """The premise keeps exactly the files where TGL203 can fire here: it must
+    never drop one the rule reports (asserted against the rule itself)."""
+    from torchgradlint.engine import lint_source
+    from torchgradlint.registry import get_rule
+
+    src = _DROPOUT_METHOD.format(head=head, call=call)
+    fired = any(d.code == "TGL203" for d in lint_source(src, "m.py", [get_rule("TGL203")]).diagnostics)
+    assert may_call_functional_dropout(FileFacts(src)) is kept
+    assert fired == kept  # a finding the premise would have thrown away is a missed finding
+
+
 def test_probabilities_into_loss_premise_needs_both_calls():
     assert may_feed_probabilities_to_loss(_tree("loss = F.cross_entropy(F.softmax(z, 1), y)\n"))
     assert may_feed_probabilities_to_loss(_tree("p = z.softmax(-1)\nlp = torch.log(p)\n"))

@@ -58,7 +58,7 @@ import unicodedata
 import warnings
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from .analysis.torch_api import (DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES,
+from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES,
                                  PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA, STORE_METHODS,
                                  TORCH_DROPOUTS, last_names)
 
@@ -573,10 +573,89 @@ _DROPOUT_CALLS = last_names(FUNCTIONAL_DROPOUTS | TORCH_DROPOUTS | {SDPA})
 
 
 def may_call_functional_dropout(facts: FileFacts) -> bool:
-    """TGL203's premise: the file calls a functional dropout or
-    ``scaled_dot_product_attention`` (by its last name or an import alias of
-    it). ``nn.Dropout(...)`` and a ``dropout=0.1`` argument are not one."""
-    return facts.tree is None or not facts.called.isdisjoint(_DROPOUT_CALLS)
+    """TGL203's premise: the file calls a functional dropout, or
+    ``scaled_dot_product_attention`` with a dropout probability, through a
+    name that can resolve to torch; ``nn.Dropout(...)``, a ``dropout=0.1``
+    argument and a dropout module's call (``self.dropout(x)``) are not one.
+
+    The rule checks calls whose qualified name
+    (``analysis.names.ImportTable.qualify``: the callee's first name through
+    the imports, the module-level assignments of torch values and the
+    conventional ``F``/``nn``/``optim``/``autograd``) is a torch dropout or
+    SDPA, without ``*``/``**`` arguments, and SDPA only with ``dropout_p``
+    (keyword or fifth positional). So a call counts here when its callee is
+    a dotted name whose first name is ``torch``, a conventional name, or a
+    name an import or a module-level assignment binds, and whose last name
+    (through those bindings' last names) is one of those functions."""
+    tree = facts.tree
+    if tree is None:
+        return True
+    assigned = _module_level_aliases(tree)
+    if facts.called.isdisjoint(_DROPOUT_CALLS) and _DROPOUT_CALLS.isdisjoint(assigned.values()):
+        return False
+    heads: set[str] = {"torch", *CONVENTIONAL, *assigned}
+    aliases: dict[str, str] = dict(assigned)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                local = a.asname or a.name.split(".")[0]
+                heads.add(local)
+                aliases.setdefault(local, a.name.rsplit(".", 1)[-1])
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        chain = _dotted_names(node.func)
+        if not chain or chain[0] not in heads or any(isinstance(a, ast.Starred) for a in node.args) \
+                or any(k.arg is None for k in node.keywords):
+            continue
+        last = aliases.get(chain[0], chain[0]) if len(chain) == 1 else chain[-1]
+        if last not in _DROPOUT_CALLS:
+            continue
+        if last != _SDPA_NAME or len(node.args) > _SDPA_DROPOUT_POS \
+                or any(k.arg == "dropout_p" for k in node.keywords):
+            return True
+    return False
+
+
+_SDPA_NAME = SDPA.rsplit(".", 1)[-1]
+_SDPA_DROPOUT_POS = 4  # SDPA's (query, key, value, attn_mask, dropout_p, ...)
+
+
+def _dotted_names(node: ast.expr) -> list[str]:
+    """The names of a dotted expression (``F.dropout`` -> ``["F", "dropout"]``), else ``[]``."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return []
+    names.append(node.id)
+    return names[::-1]
+
+
+def _module_level_aliases(tree: ast.Module) -> dict[str, str]:
+    """``name -> last name of the value`` for the module-level assignments
+    ``name = <dotted name>`` (outside functions and classes; in ``if``/``try``
+    blocks too): what the builder may turn into torch aliases."""
+    out: dict[str, str] = {}
+    stack = list(tree.body)
+    while stack:
+        st = stack.pop()
+        if isinstance(st, _SCOPES):
+            continue
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            chain = _dotted_names(st.value)
+            if chain:
+                out[st.targets[0].id] = chain[-1]
+        for name in ("body", "orelse", "finalbody"):
+            sub = getattr(st, name, None)
+            if isinstance(sub, list):
+                stack.extend(sub)
+        for h in getattr(st, "handlers", ()) or ():
+            stack.extend(h.body)
+        for case in getattr(st, "cases", ()) or ():
+            stack.extend(case.body)
+    return out
 
 
 # TGL303's probabilities and the losses (or a ``log``) they must not go into, by last name.
