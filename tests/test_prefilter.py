@@ -447,6 +447,8 @@ _DROPOUT_METHOD = "import torch\nimport torch.nn.functional as F\nfrom torch imp
     ("from torch.nn.functional import dropout as drop", "drop(x, 0.5)", True),
     ("drop = F.dropout", "drop(x, 0.5)", True),  # a module-level alias the builder resolves
     ("if True:\n    drop = torch.nn.functional.dropout", "drop(x, 0.5)", True),
+    ("drop = F.dropout\ndrop = make_drop", "drop(x, 0.5)", True),  # a non-torch value leaves the alias
+    ("drop = make_drop\ndrop = F.dropout", "drop(x, 0.5)", True),
     ("", "F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)", True),
     ("", "F.scaled_dot_product_attention(q, k, v, None, 0.1)", True),
     # a dropout module's call, SDPA without a dropout probability, star arguments: the rule never fires

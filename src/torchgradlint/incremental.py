@@ -37,6 +37,8 @@ from typing import NamedTuple, Optional
 
 import libcst as cst
 
+from .engine import parse_module
+
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor, ast.While,
              ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", ast.Try), ast.Match)
 
@@ -200,6 +202,9 @@ class IncrementalParser:
     def __init__(self) -> None:
         # text parsed -> (its module, the texts whose trees it is built from), of the last version
         self._trees: dict[str, tuple[cst.Module, frozenset[str]]] = {}
+        # of the version being parsed: its texts' entries, and the texts whose previous tree it has placed
+        self._current: dict[str, tuple[cst.Module, frozenset[str]]] = {}
+        self._placed: set[str] = set()
         self.reused = 0  # trees taken from the previous version, in the last parse
         self.parsed = 0  # texts parsed, in the last parse (1 for a whole-file parse)
 
@@ -214,19 +219,15 @@ class IncrementalParser:
         Raises:
             libcst.ParserSyntaxError: the text does not parse.
         """
-        from .engine import parse_module
-
         pieces = split_top_level(source, tree)
         self.reused = self.parsed = 0
         if pieces is not None:
-            self._current: dict[str, tuple[cst.Module, frozenset[str]]] = {}
-            self._placed: set[str] = set()  # texts whose previous tree is placed in this version
-            self._parse_module = parse_module
+            self._current, self._placed = {}, set()
             joined = self._join(pieces)
             if joined is not None:
                 self._trees = self._current
                 return joined
-        self._trees = {}
+        self._trees, self._current, self._placed = {}, {}, set()
         self.reused, self.parsed = 0, 1
         return parse_module(source)
 
@@ -250,7 +251,7 @@ class IncrementalParser:
         module = self._reusable(text)
         if module is None:
             try:
-                module = self._parse_module(text)
+                module = parse_module(text)
             except cst.ParserSyntaxError:
                 return None
             self.parsed += 1

@@ -58,9 +58,9 @@ import unicodedata
 import warnings
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES,
-                                 PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA, STORE_METHODS,
-                                 TORCH_DROPOUTS, last_names)
+from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS,
+                                 LOGIT_LOSS_MODULES, PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA,
+                                 STORE_METHODS, TORCH_DROPOUTS, last_names)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .registry import Rule
@@ -343,14 +343,17 @@ _CONTAINER_DISPLAYS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast
                        ast.DictComp)
 
 
-def _statements(body: list) -> "Iterator[ast.stmt]":
+def _statements(body: list, into_scopes: bool = True) -> "Iterator[ast.stmt]":
     """Every statement of ``body`` and of the suites nested in it (branches,
-    loops, ``with``, ``try``, function and class bodies), without walking
-    expressions."""
+    loops, ``with``, ``try``, and function and class bodies unless
+    ``into_scopes`` is false: a ``def``/``class`` is then yielded but its
+    body is not entered), without walking expressions."""
     stack = list(reversed(body))
     while stack:
         st = stack.pop()
         yield st
+        if not into_scopes and isinstance(st, _SCOPES):
+            continue
         for name in ("body", "orelse", "finalbody"):
             sub = getattr(st, name, None)
             if isinstance(sub, list):
@@ -595,15 +598,16 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
         return False
     heads: set[str] = {"torch", *CONVENTIONAL, *assigned}
     aliases: dict[str, str] = dict(assigned)
+    calls: list[ast.Call] = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
+        if isinstance(node, ast.Call):
+            calls.append(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:
                 local = a.asname or a.name.split(".")[0]
                 heads.add(local)
                 aliases.setdefault(local, a.name.rsplit(".", 1)[-1])
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
+    for node in calls:
         chain = _dotted_names(node.func)
         if not chain or chain[0] not in heads or any(isinstance(a, ast.Starred) for a in node.args) \
                 or any(k.arg is None for k in node.keywords):
@@ -636,25 +640,15 @@ def _dotted_names(node: ast.expr) -> list[str]:
 def _module_level_aliases(tree: ast.Module) -> dict[str, str]:
     """``name -> last name of the value`` for the module-level assignments
     ``name = <dotted name>`` (outside functions and classes; in ``if``/``try``
-    blocks too): what the builder may turn into torch aliases."""
+    blocks too): what the builder may turn into torch aliases. A name
+    assigned several times keeps a dropout's name once one is assigned (the
+    builder keeps the last torch value, which may be that one)."""
     out: dict[str, str] = {}
-    stack = list(tree.body)
-    while stack:
-        st = stack.pop()
-        if isinstance(st, _SCOPES):
-            continue
+    for st in _statements(tree.body, into_scopes=False):
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
             chain = _dotted_names(st.value)
-            if chain:
+            if chain and out.get(st.targets[0].id) not in _DROPOUT_CALLS:
                 out[st.targets[0].id] = chain[-1]
-        for name in ("body", "orelse", "finalbody"):
-            sub = getattr(st, name, None)
-            if isinstance(sub, list):
-                stack.extend(sub)
-        for h in getattr(st, "handlers", ()) or ():
-            stack.extend(h.body)
-        for case in getattr(st, "cases", ()) or ():
-            stack.extend(case.body)
     return out
 
 
