@@ -200,8 +200,8 @@ def test_python_syntax_error_still_reaches_libcst_and_is_reported():
 def test_flake8_tree_is_used_instead_of_a_second_parse():
     import ast
 
-    # a tree that says "stores in a loop at module scope"
-    tree = ast.parse("import torch\nfor x in xs:\n    out.append(x)\n")
+    # a tree that says "stores in a data loop at module scope"
+    tree = ast.parse("import torch\nfor x in loader:\n    out.append(x)\n")
     assert candidate_rules(LIBRARY_MODULE, [TGL101], tree) == [TGL101]
 
 
@@ -538,19 +538,29 @@ def test_stores_with_grad_enabled_premise_follows_definition_time_calls():
                 outs.append(model(x))
             return outs
         """))
-    # the same function called (through a helper) from the script's main block
-    assert may_store_with_grad_enabled(_tree("""
+    # the same function, over a data loader, called (through a helper) from the script's main block
+    called = """
         import torch
-        def collect(model, xs):
+        def collect(model, loader):
             outs = []
-            for x in xs:
+            for x in loader:
                 outs.append(model(x))
             return outs
         def main():
             collect(net, data)
         if __name__ == "__main__":
             main()
-        """))
+        """
+    assert may_store_with_grad_enabled(_tree(called))
+    # without a backward no loop trains: a store that is not into self needs a loop that
+    # may walk a data source (``iterates_data``), e.g. not a loop over graph nodes or layers
+    assert not may_store_with_grad_enabled(_tree(called.replace("loader", "nodes")))
+    assert not may_store_with_grad_enabled(_tree("env = {}\nfor n in graph.nodes:\n    env[n.name] = f(n)\n"))
+    assert not may_store_with_grad_enabled(_tree("while k < 9:\n    outs.append(net(x))\n"))
+    # ... at any depth of such a loop, through a wrapper, or with a tuple target
+    assert may_store_with_grad_enabled(_tree("while True:\n    for b in tqdm(loader):\n        if b:\n"
+                                             "            outs.append(net(b))\n"))
+    assert may_store_with_grad_enabled(_tree("for x, y in pairs:\n    total += crit(net(x), y)\n"))
     # a store into self outlives the call, loop or not
     assert may_store_with_grad_enabled(_tree("""
         class Tracker:

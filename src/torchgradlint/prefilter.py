@@ -559,15 +559,18 @@ def iterates_data_somewhere(tree: ast.Module) -> bool:
     a name or attribute in its iterable matches :data:`DATA_SOURCE_NAME` or is
     a capitalised ``...Loader...`` (a superset: every name of the iterable is
     tried, not only the one that function settles on)."""
-    for st in _statements(tree.body):
-        if not isinstance(st, (ast.For, ast.AsyncFor)):
-            continue
-        if isinstance(st.target, ast.Tuple):
+    return any(isinstance(st, (ast.For, ast.AsyncFor)) and _may_iterate_data(st) for st in _statements(tree.body))
+
+
+def _may_iterate_data(loop: "ast.For | ast.AsyncFor") -> bool:
+    """Whether ``analysis.training.iterates_data`` may hold for ``loop`` (a
+    superset, see :func:`iterates_data_somewhere`)."""
+    if isinstance(loop.target, ast.Tuple):
+        return True
+    for n in ast.walk(loop.iter):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        if name and (DATA_SOURCE_NAME.search(name) or (name[:1].isupper() and "Loader" in name)):
             return True
-        for n in ast.walk(st.iter):
-            name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
-            if name and (DATA_SOURCE_NAME.search(name) or (name[:1].isupper() and "Loader" in name)):
-                return True
     return False
 
 
@@ -691,36 +694,44 @@ def _mentions_self(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Name) and n.id == "self" for n in ast.walk(node))
 
 
-def _stores_or_calls(nodes: list, called: set[str]) -> bool:
+def _stores_or_calls(nodes: list, called: set[str], data_loops_only: bool = False) -> bool:
     """Walk one scope's code (nested ``def`` / ``class`` bodies excluded;
     lambdas and comprehensions included) and add the last name of every
     callee to ``called``. Returns whether it holds a store (see
     :data:`_STORE_METHODS`) inside a loop or comprehension, or on a target or
-    receiver that mentions ``self`` (a store that outlives the call)."""
-    stack = [(n, False) for n in nodes]
+    receiver that mentions ``self`` (a store that outlives the call). With
+    ``data_loops_only``, a store whose target or receiver does not mention
+    ``self`` counts only inside a ``for`` loop that may walk a data source
+    (:func:`_may_iterate_data`): without a backward anywhere in the file no
+    loop trains, and ``loss_kept_with_graph._step_loop`` then needs such a
+    loop around a store that is not into ``self``."""
+    stack = [(n, False, False) for n in nodes]
     found = False
     while stack:
-        node, in_loop = stack.pop()
+        node, in_loop, in_data = stack.pop()
+        counts = in_data or not data_loops_only
         if isinstance(node, _SCOPES):
-            stack.extend((d, in_loop) for d in node.decorator_list)
+            stack.extend((d, in_loop, in_data) for d in node.decorator_list)
             if not isinstance(node, ast.ClassDef):
-                stack.append((node.args, in_loop))
+                stack.append((node.args, in_loop, in_data))
             else:
-                stack.extend((b, in_loop) for b in node.bases)
+                stack.extend((b, in_loop, in_data) for b in node.bases)
             continue
         if isinstance(node, ast.Call):
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
             called.add(name)
-            if name in _STORE_METHODS and isinstance(f, ast.Attribute) and (in_loop or _mentions_self(f.value)):
+            if name in _STORE_METHODS and isinstance(f, ast.Attribute) and (
+                    in_loop and counts or _mentions_self(f.value)):
                 found = True
         elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
-            found = found or in_loop or _mentions_self(node.target)
+            found = found or in_loop and counts or _mentions_self(node.target)
         elif isinstance(node, ast.Assign) and (
                 isinstance(node.value, (ast.BinOp, ast.Call)) or any(isinstance(t, ast.Subscript) for t in node.targets)):
-            found = found or in_loop or any(_mentions_self(t) for t in node.targets)
+            found = found or in_loop and counts or any(_mentions_self(t) for t in node.targets)
         inner = in_loop or isinstance(node, (*_LOOPS, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
-        stack.extend((c, inner) for c in ast.iter_child_nodes(node))
+        data = in_data or isinstance(node, (ast.For, ast.AsyncFor)) and _may_iterate_data(node)
+        stack.extend((c, inner, data) for c in ast.iter_child_nodes(node))
     return found
 
 
@@ -751,7 +762,7 @@ def may_store_with_grad_enabled(facts: FileFacts) -> bool:
         return _stores_or_calls(list(tree.body), scratch) or _class_bodies_store(tree, scratch) or any(
             _stores_or_calls(fn.body, scratch) for fns in functions.values() for fn in fns)  # type: ignore[attr-defined]
     called: set[str] = set()  # definition-time code: the module body and every class body
-    if _stores_or_calls(list(tree.body), called) or _class_bodies_store(tree, called):
+    if _stores_or_calls(list(tree.body), called, True) or _class_bodies_store(tree, called, True):
         return True
     seen: set[str] = set()
     todo = [n for n in called if n in functions]
@@ -762,16 +773,17 @@ def may_store_with_grad_enabled(facts: FileFacts) -> bool:
         seen.add(name)
         for fn in functions[name]:
             more: set[str] = set()
-            if _stores_or_calls(fn.body, more):  # type: ignore[attr-defined]
+            if _stores_or_calls(fn.body, more, True):  # type: ignore[attr-defined]
                 return True
             todo.extend(n for n in more if n in functions and n not in seen)
     return False
 
 
-def _class_bodies_store(tree: ast.Module, called: set[str]) -> bool:
+def _class_bodies_store(tree: ast.Module, called: set[str], data_loops_only: bool = False) -> bool:
     """:func:`_stores_or_calls` over every class body (code that runs when
     the class statement runs), at any depth."""
-    return any(_stores_or_calls(cls.body, called) for cls in _statements(tree.body) if isinstance(cls, ast.ClassDef))
+    return any(_stores_or_calls(cls.body, called, data_loops_only)
+               for cls in _statements(tree.body) if isinstance(cls, ast.ClassDef))
 
 
 # Stage-2 premises a rule names in :attr:`Rule.ast_prefilter`: ``FileFacts`` -> may the rule fire.
