@@ -458,6 +458,16 @@ _DROPOUT_METHOD = "import torch\nimport torch.nn.functional as F\nfrom torch imp
     ("", "F.dropout(*x)", False),
     ("", "F.scaled_dot_product_attention(q, k, v, **kw)", False),
     ("def dropout(x, p):\n    return x", "dropout(x, 0.5)", False),  # a local function, not torch's
+    # tied to the module's mode: a training argument, a probability that reads ``training``
+    ("", "F.dropout(x, 0.5, training=self.training)", False),
+    ("", "F.dropout(x, self.p, self.training)", False),
+    ("", "F.dropout(x, p=0.5 if self.training else 0.0)", False),
+    ("", "F.dropout(x, p=self.cfg.training_p)", False),
+    ("", "F.dropout(x, p=get(x).training)", True),  # not a dotted name: the rule does not read it
+    ("", "torch.dropout(x, 0.5, self.training)", False),
+    ("", "torch.dropout(x, 0.5, train=True)", True),
+    ("", "F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0)", False),
+    ("", "F.scaled_dot_product_attention(q, k, v, None, self.p if self.training else 0.0)", False),
 ])
 def test_functional_dropout_premise_matches_the_rule(head, call, kept):
     """The premise keeps exactly the files where TGL203 can fire here: it must

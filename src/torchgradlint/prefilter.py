@@ -616,12 +616,50 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
                 or any(k.arg is None for k in node.keywords):
             continue
         last = aliases.get(chain[0], chain[0]) if len(chain) == 1 else chain[-1]
-        if last not in _DROPOUT_CALLS:
-            continue
-        if last != _SDPA_NAME or len(node.args) > _SDPA_DROPOUT_POS \
-                or any(k.arg == "dropout_p" for k in node.keywords):
+        if last in _DROPOUT_CALLS and _dropout_call_may_be_reported(node, last == _SDPA_NAME):
             return True
     return False
+
+
+def _argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.expr]:
+    """``analysis.model.Call.arg``: the keyword argument ``keyword``, else the
+    positional one at ``position``."""
+    for k in call.keywords:
+        if k.arg == keyword:
+            return k.value
+    return call.args[position] if position < len(call.args) else None
+
+
+def _mentions_training(node: ast.expr) -> bool:
+    """``functional_dropout_ignores_eval._mentions_training``: a name, or the
+    last name of a dotted attribute chain (``self.cfg.training``), that
+    contains ``training``."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and "training" in n.id:
+            return True
+        if isinstance(n, ast.Attribute) and "training" in n.attr and _dotted(n.value):
+            return True
+    return False
+
+
+def _dropout_call_may_be_reported(call: ast.Call, sdpa: bool) -> bool:
+    """Whether TGL203 may report this call of a dropout (by last name: a
+    functional ``(input, p, training)`` or a torch-level ``(input, p, train)``
+    one) or of SDPA: it stays silent when the probability reads ``training``,
+    when SDPA has no ``dropout_p``, when a functional dropout gets a
+    ``training`` argument and when a torch-level one gets no literal
+    ``True`` ``train``. Which of the two kinds a call is, is not known
+    here, so a call counts when either kind may be reported."""
+    if sdpa:
+        p = _argument(call, _SDPA_DROPOUT_POS, "dropout_p")
+        return p is not None and not _mentions_training(p)
+    p = _argument(call, 1, "p")
+    if p is not None and _mentions_training(p):
+        return False
+    torch_flag = _argument(call, 2, "train")
+    if isinstance(torch_flag, ast.Constant) and torch_flag.value is True:
+        return True  # a torch-level dropout told to drop in eval mode too
+    return _argument(call, 2, "training") is None  # a functional dropout without ``training``
 
 
 _SDPA_NAME = SDPA.rsplit(".", 1)[-1]
