@@ -476,9 +476,17 @@ def test_functional_dropout_premise_matches_the_rule(head, call, kept):
     from torchgradlint.registry import get_rule
 
     src = _DROPOUT_METHOD.format(head=head, call=call)
-    fired = any(d.code == "TGL203" for d in lint_source(src, "m.py", [get_rule("TGL203")]).diagnostics)
     assert may_call_functional_dropout(FileFacts(src)) is kept
-    assert fired == kept  # a finding the premise would have thrown away is a missed finding
+    assert _reports(src, "TGL203") == kept  # a finding the premise would have thrown away is a missed finding
+
+
+def _reports(src: str, code: str) -> bool:
+    """Whether rule ``code`` reports on ``src`` in the full analysis, with no
+    prefilter in the way (``lint_source`` would apply the premise under test)."""
+    from torchgradlint.analysis import build_model
+    from torchgradlint.engine import parse_module
+
+    return bool(list(get_rule(code)().check(build_model(parse_module(src), src, "m.py"))))
 
 
 def test_probabilities_into_loss_premise_needs_both_calls():
@@ -587,6 +595,33 @@ def test_stores_with_grad_enabled_premise_follows_definition_time_calls():
         "def f(model, xs):\n    for x in xs:\n        l = model(x)\n        l.backward()\n        h.append(l)\n"))
     # ... and without any lasting store the rule has nothing to report
     assert not may_store_with_grad_enabled(_tree("def f(l):\n    l.backward()\n    return [l.item()]\n"))
+
+
+_LAYERS_IN_A_LIST = "\n    def __init__(self):\n        super().__init__()\n" \
+    "        self.heads = [nn.Linear(4, 4) for _ in range(2)]\n"
+
+
+@pytest.mark.parametrize("head, kept", [
+    ("import torch\nfrom torch import nn\nclass Net(nn.Module):", True),
+    ("import torch\nfrom torch import nn\nclass Net(torch.nn.Module):", True),
+    ("import torch.nn as tnn\nfrom torch import nn\nclass Net(tnn.Module):", True),
+    ("from torch.nn import Module as M\nfrom torch import nn\nclass Net(M):", True),
+    ("from torch.nn import Sequential\nfrom torch import nn\nclass Net(Sequential):", True),
+    # a module-level alias of a torch class: the builder resolves it
+    ("import torch\nfrom torch import nn\nM = nn.Module\nclass Net(M):", True),
+    ("import torch\nfrom torch import nn\nif True:\n    M = torch.nn.Module\nclass Net(M):", True),
+    ("from torch import nn\nclass Base(nn.Module):\n    pass\nclass Net(Base):", True),
+    ("import pytorch_lightning as pl\nfrom torch import nn\nclass Net(pl.LightningModule):", True),
+    # a dataset, a plain object: not torch module classes, whatever they store
+    ("from torch.utils.data import Dataset\nfrom torch import nn\nclass Net(Dataset):", False),
+    ("import torch.utils.data as tud\nfrom torch import nn\nclass Net(tud.Dataset):", False),
+    ("from torch import nn\nclass Net(object):", False),
+    ("from torch import nn\nD = make_base()\nclass Net(D):", False),
+])
+def test_unregistered_attribute_premise_matches_the_rule(head, kept):
+    src = head + _LAYERS_IN_A_LIST
+    assert may_hold_unregistered_attribute(FileFacts(src)) is kept
+    assert _reports(src, "TGL006") == kept
 
 
 def test_unregistered_attribute_premise_needs_a_class_that_may_be_a_torch_module():

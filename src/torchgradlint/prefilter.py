@@ -411,7 +411,7 @@ def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
         return True
     statements = list(_statements(tree.body))
     classes = {st.name for st in statements if isinstance(st, ast.ClassDef)}
-    torch_names = _torch_bound_names(statements)
+    torch_names = _torch_bound_names(statements) | set(_module_level_aliases(tree))
     for cls in statements:
         if not isinstance(cls, ast.ClassDef) or not _may_be_torch_module_class(cls, classes, torch_names):
             continue
@@ -421,27 +421,46 @@ def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
     return False
 
 
+def _may_lead_to_torch_nn(qualified: str) -> bool:
+    """Whether a name bound to ``qualified`` can head a base class that
+    ``modes.module_classes`` accepts: ``torch`` itself, ``torch.nn`` or
+    anything under it (``torch.nn.Module``, ``torch.nn.modules``)."""
+    return qualified == "torch" or qualified == "torch.nn" or qualified.startswith("torch.nn.")
+
+
 def _torch_bound_names(statements: list) -> set[str]:
-    """Names that the file's imports bind to something under ``torch`` or a
-    Lightning package (``from torch.nn import Module``, ``import torch.nn as
-    tnn``, ``from lightning import LightningModule as LM``)."""
-    out: set[str] = set()
+    """Names that may head a torch module class's base: the conventional
+    ``nn``/``F`` (:data:`CONVENTIONAL`), what the file's imports bind to
+    ``torch``, ``torch.nn`` or something under it (``from torch.nn import
+    Module``, ``import torch.nn as tnn``, not ``from torch.utils.data import
+    Dataset``) or to a Lightning package (``from lightning import
+    LightningModule as LM``), and every module-level ``name = <dotted name>``
+    (the builder turns one whose value resolves to torch into an alias,
+    ``Base = nn.Module``)."""
+    out: set[str] = {"torch", *(k for k, v in CONVENTIONAL.items() if _may_lead_to_torch_nn(v))}
     for st in statements:
-        if isinstance(st, ast.ImportFrom) and st.module and (
-                st.module.split(".")[0] == "torch" or "lightning" in st.module):
-            out |= {a.asname or a.name for a in st.names}
+        if isinstance(st, ast.ImportFrom) and st.module and not st.level:
+            for a in st.names:
+                if "lightning" in st.module or _may_lead_to_torch_nn(f"{st.module}.{a.name}"):
+                    out.add(a.asname or a.name)
         elif isinstance(st, ast.Import):
-            out |= {a.asname or a.name.split(".")[0] for a in st.names
-                    if a.name.split(".")[0] == "torch" or "lightning" in a.name}
+            for a in st.names:
+                if "lightning" in a.name:
+                    out.add(a.asname or a.name.split(".")[0])
+                elif a.asname is None and a.name.split(".")[0] == "torch":
+                    out.add("torch")
+                elif a.asname is not None and _may_lead_to_torch_nn(a.name):
+                    out.add(a.asname)
     return out
 
 
 def _may_be_torch_module_class(cls: ast.ClassDef, classes: set[str], torch_names: set[str]) -> bool:
     """A superset of ``module_class_facts.is_torch_module_class(lenient=True)``:
     the class defines ``forward`` and has a base (lenient), or a base is a
-    same-file class, a ``torch.`` / ``nn.`` name, a ``...LightningModule``, or
-    a name the file imports from torch or Lightning (what ``modes.module_classes``
-    resolves through the imports)."""
+    same-file class, a ``...LightningModule``, or a dotted name headed by one
+    of :func:`_torch_bound_names` (what ``modes.module_classes`` resolves
+    through the imports and the module-level aliases). A ``Dataset`` from
+    ``torch.utils.data`` is none of them."""
     if not cls.bases:
         return False
     if any(isinstance(m, _DEFS) and m.name == "forward" for m in _statements(cls.body)):
@@ -449,7 +468,7 @@ def _may_be_torch_module_class(cls: ast.ClassDef, classes: set[str], torch_names
     for base in cls.bases:
         text = ast.unparse(base)
         head = text.split(".")[0].split("[")[0]
-        if head in classes or head in torch_names or head in ("torch", "nn") or text.endswith("LightningModule"):
+        if head in classes or head in torch_names or text.endswith("LightningModule"):
             return True
     return False
 
