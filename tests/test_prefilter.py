@@ -9,6 +9,7 @@ from prefilter_oracle import backward_counterexamples, counterexamples
 from torchgradlint.engine import lint_source
 from torchgradlint.fixture_spec import load_fixtures
 from torchgradlint.prefilter import (
+    AST_PREFILTERS,
     candidate_rules,
     is_other_framework_code,
     lacks_grad_evidence,
@@ -449,6 +450,9 @@ _DROPOUT_METHOD = "import torch\nimport torch.nn.functional as F\nfrom torch imp
     ("if True:\n    drop = torch.nn.functional.dropout", "drop(x, 0.5)", True),
     ("drop = F.dropout\ndrop = make_drop", "drop(x, 0.5)", True),  # a non-torch value leaves the alias
     ("drop = make_drop\ndrop = F.dropout", "drop(x, 0.5)", True),
+    ("drop = F.dropout\nd2 = drop", "d2(x, 0.5)", True),  # an alias of an alias
+    ("from torch.nn.functional import dropout as dr\nd2 = dr", "d2(x, 0.5)", True),
+    ("drop, y = F.dropout, 1", "drop(x, 0.5)", True),  # a parallel assignment
     ("", "F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)", True),
     ("", "F.scaled_dot_product_attention(q, k, v, None, 0.1)", True),
     # a dropout module's call, SDPA without a dropout probability, star arguments: the rule never fires
@@ -611,6 +615,7 @@ _LAYERS_IN_A_LIST = "\n    def __init__(self):\n        super().__init__()\n" \
     ("import torch\nfrom torch import nn\nM = nn.Module\nclass Net(M):", True),
     ("import torch\nfrom torch import nn\nif True:\n    M = torch.nn.Module\nclass Net(M):", True),
     ("from torch import nn\nclass Base(nn.Module):\n    pass\nclass Net(Base):", True),
+    ("from torch import nn\nM, k = nn.Module, 1\nclass Net(M):", True),
     ("import pytorch_lightning as pl\nfrom torch import nn\nclass Net(pl.LightningModule):", True),
     # a dataset, a plain object: not torch module classes, whatever they store
     ("from torch.utils.data import Dataset\nfrom torch import nn\nclass Net(Dataset):", False),
@@ -622,6 +627,24 @@ def test_unregistered_attribute_premise_matches_the_rule(head, kept):
     src = head + _LAYERS_IN_A_LIST
     assert may_hold_unregistered_attribute(FileFacts(src)) is kept
     assert _reports(src, "TGL006") == kept
+
+
+@pytest.mark.parametrize("code, src", [
+    ("TGL303", "import torch\nimport torch.nn.functional as F\n{alias}\nfor x, y in loader:\n"
+               "    loss = F.cross_entropy(a(net(x), 1), y)\n    loss.backward()\n"),
+    ("TGL007", "import torch\nfrom torch import nn\n{alias}\nclass Net(nn.Module):\n"
+               "    def forward(self, x):\n        return a(4, 4)(x)\n"),
+])
+@pytest.mark.parametrize("alias", ["a = {v}", "b = {v}\na = b", "a, k = {v}, 1", "if True:\n    a = {v}"])
+def test_premises_follow_module_level_aliases(code, src, alias):
+    """The builder turns a module-level ``a = <torch name>`` (through earlier
+    aliases, in a parallel assignment, in an ``if``) into an alias: every
+    premise that reads called names sees the aliased name too."""
+    value = "F.softmax" if code == "TGL303" else "nn.Linear"
+    text = src.format(alias=alias.format(v=value))
+    rule = get_rule(code)
+    assert AST_PREFILTERS[rule.ast_prefilter](FileFacts(text))
+    assert _reports(text, code)
 
 
 def test_unregistered_attribute_premise_needs_a_class_that_may_be_a_torch_module():

@@ -235,10 +235,13 @@ class FileFacts:
     LibCST parse) records the *called names*: the last name of every call's
     callee (``F.dropout(x)`` -> ``dropout``, ``nn.CrossEntropyLoss()`` ->
     ``CrossEntropyLoss``) and, for a callee bound by an import alias (``from
-    torch.nn.functional import dropout as drop``), the imported name too. The
-    analysis resolves callees through imports only (``names.ImportTable``,
-    whose canonical forms keep the last name), so a call the rules match as
-    ``torch.nn.functional.dropout`` always leaves ``dropout`` here.
+    torch.nn.functional import dropout as drop``), the imported name too, and
+    for a callee bound by a module-level alias (``drop = F.dropout``,
+    :func:`_module_level_aliases`), every last name it may be bound to. The
+    analysis resolves callees through the imports and those aliases only
+    (``names.ImportTable``, whose canonical forms keep the last name), so a
+    call the rules match as ``torch.nn.functional.dropout`` always leaves
+    ``dropout`` here.
     """
 
     def __init__(self, source: str, tree: Optional[ast.Module] = None) -> None:
@@ -319,7 +322,28 @@ class FileFacts:
                     if a.asname:
                         aliases[a.asname] = a.name.rsplit(".", 1)[-1]
         called |= {aliases[n] for n in called.intersection(aliases)}
-        self._shared.update(called=called, eval=evals, scaler=scaler)
+        assigned = _module_level_aliases(tree, aliases) if tree is not None else {}
+        for n in called.intersection(assigned):
+            called |= assigned[n]
+        self._shared.update(called=called, eval=evals, scaler=scaler, imported=aliases, assigned=assigned)
+
+    @property
+    def imported(self) -> dict[str, str]:
+        """``local name -> last name`` of every ``import ... as`` alias
+        (``from torch.nn.functional import dropout as drop``: ``drop -> dropout``)."""
+        _ = self.called
+        return self._shared["imported"]  # type: ignore[return-value]
+
+    @property
+    def assigned(self) -> dict[str, set[str]]:
+        """:func:`_module_level_aliases` of the file (empty without a tree)."""
+        _ = self.called
+        return self._shared["assigned"]  # type: ignore[return-value]
+
+    def last_names(self, callee: str) -> set[str]:
+        """Every last name a single-name callee may resolve to through the
+        imports and the module-level aliases (itself included)."""
+        return {callee, self.imported.get(callee, callee), *self.assigned.get(callee, ())}
 
 
 def _last_name(node: ast.expr) -> str:
@@ -411,7 +435,7 @@ def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
         return True
     statements = list(_statements(tree.body))
     classes = {st.name for st in statements if isinstance(st, ast.ClassDef)}
-    torch_names = _torch_bound_names(statements) | set(_module_level_aliases(tree))
+    torch_names = _torch_bound_names(statements) | set(facts.assigned)
     for cls in statements:
         if not isinstance(cls, ast.ClassDef) or not _may_be_torch_module_class(cls, classes, torch_names):
             continue
@@ -527,7 +551,7 @@ def may_build_layer_in_forward(facts: FileFacts) -> bool:
     tree = facts.tree
     if tree is None:
         return True
-    aliases: set[str] = set()
+    aliases: set[str] = {name for name, lasts in facts.assigned.items() if any(map(_LAYER_WORD.search, lasts))}
     for node in _statements(tree.body):  # imports and assignments are statements
         if isinstance(node, ast.ImportFrom):
             aliases |= {a.asname for a in node.names if a.asname and _LAYER_WORD.search(a.name)}
@@ -615,27 +639,22 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
     tree = facts.tree
     if tree is None:
         return True
-    assigned = _module_level_aliases(tree)
-    if facts.called.isdisjoint(_DROPOUT_CALLS) and _DROPOUT_CALLS.isdisjoint(assigned.values()):
+    if facts.called.isdisjoint(_DROPOUT_CALLS):  # the called names include the aliases' last names
         return False
-    heads: set[str] = {"torch", *CONVENTIONAL, *assigned}
-    aliases: dict[str, str] = dict(assigned)
+    heads: set[str] = {"torch", *CONVENTIONAL, *facts.assigned}
     calls: list[ast.Call] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             calls.append(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for a in node.names:
-                local = a.asname or a.name.split(".")[0]
-                heads.add(local)
-                aliases.setdefault(local, a.name.rsplit(".", 1)[-1])
+            heads.update(a.asname or a.name.split(".")[0] for a in node.names)
     for node in calls:
         chain = _dotted_names(node.func)
         if not chain or chain[0] not in heads or any(isinstance(a, ast.Starred) for a in node.args) \
                 or any(k.arg is None for k in node.keywords):
             continue
-        last = aliases.get(chain[0], chain[0]) if len(chain) == 1 else chain[-1]
-        if last in _DROPOUT_CALLS and _dropout_call_may_be_reported(node, last == _SDPA_NAME):
+        lasts = facts.last_names(chain[0]) if len(chain) == 1 else {chain[-1]}
+        if any(_dropout_call_may_be_reported(node, last == _SDPA_NAME) for last in lasts & _DROPOUT_CALLS):
             return True
     return False
 
@@ -697,18 +716,33 @@ def _dotted_names(node: ast.expr) -> list[str]:
     return names[::-1]
 
 
-def _module_level_aliases(tree: ast.Module) -> dict[str, str]:
-    """``name -> last name of the value`` for the module-level assignments
-    ``name = <dotted name>`` (outside functions and classes; in ``if``/``try``
-    blocks too): what the builder may turn into torch aliases. A name
-    assigned several times keeps a dropout's name once one is assigned (the
-    builder keeps the last torch value, which may be that one)."""
-    out: dict[str, str] = {}
+def _module_level_aliases(tree: ast.Module, imported: dict[str, str]) -> dict[str, set[str]]:
+    """``name -> every last name it may be bound to`` by the module-level
+    assignments ``name = <dotted name>`` and ``a, b = <dotted name>, ...``
+    (outside functions and classes; in ``if``/``try`` blocks too): what the
+    builder may turn into torch aliases (``_assume_conventional_names``,
+    which resolves the value through the imports and the aliases made
+    before it: ``drop = F.dropout; d = drop``). ``imported`` maps import
+    aliases to the last name they import. A superset: every assignment of a
+    name counts, whichever the builder keeps."""
+    out: dict[str, set[str]] = {}
     for st in _statements(tree.body, into_scopes=False):
-        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
-            chain = _dotted_names(st.value)
-            if chain and out.get(st.targets[0].id) not in _DROPOUT_CALLS:
-                out[st.targets[0].id] = chain[-1]
+        if not isinstance(st, ast.Assign) or len(st.targets) != 1:
+            continue
+        target, value = st.targets[0], st.value
+        if isinstance(target, ast.Name):
+            pairs = [(target, value)]
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(value.elts):
+            pairs = list(zip(target.elts, value.elts))
+        else:
+            continue
+        for t, v in pairs:
+            chain = _dotted_names(v)
+            if not isinstance(t, ast.Name) or not chain:
+                continue
+            lasts = {chain[-1]} if len(chain) > 1 else {imported.get(chain[0], chain[0]), *out.get(chain[0], ())}
+            out.setdefault(t.id, set()).update(lasts)
     return out
 
 
