@@ -381,7 +381,8 @@ def test_ast_stage_keeps_every_file_a_rule_reports_on(tmp_path):
     from torchgradlint.registry import all_rules
 
     rules = [r for r in all_rules() if r.ast_prefilter]
-    assert {r.code for r in rules} == {"TGL006", "TGL007", "TGL101", "TGL201", "TGL202", "TGL203", "TGL302", "TGL303"}
+    assert {r.code for r in rules} == {"TGL005", "TGL006", "TGL007", "TGL101", "TGL201", "TGL202", "TGL203", "TGL302",
+                                       "TGL303"}
     root = Path(__file__).resolve().parents[1] / "fixtures"
     for rule in rules:
         for bad in sorted((root / rule.code).glob("bad_*.py")):
@@ -645,6 +646,31 @@ def test_premises_follow_module_level_aliases(code, src, alias):
     rule = get_rule(code)
     assert AST_PREFILTERS[rule.ast_prefilter](FileFacts(text))
     assert _reports(text, code)
+
+
+_GRAD_SWITCH_IN_LOOP = "import torch\nimport torch.nn.functional as F\n{head}\n" \
+    "for x, y in loader:\n    {switch}\n    loss = F.mse_loss(net(x), y)\n    loss.backward()\n    opt.step()\n"
+
+
+@pytest.mark.parametrize("head, switch, kept", [
+    ("", "torch.set_grad_enabled(False)", True),
+    ("from torch import set_grad_enabled as sge", "sge(False)", True),
+    # (a module-level alias: the premise keeps the file; the builder resolves such aliases after its
+    # walk, so the rule does not see this statement switch; a superset is what the premise must be)
+    ("sge = torch.set_grad_enabled", "sge(False)", None),
+    ("", "torch.no_grad().__enter__()", True),
+    ("from torch import no_grad", "no_grad().__enter__()", True),
+    ("ng, k = torch.no_grad, 1", "ng().__enter__()", True),
+    # a with statement, a context manager class's own __enter__, another context's __enter__
+    ("", "with torch.set_grad_enabled(False):\n        pass", False),
+    ("class Ctx:\n    def __enter__(self):\n        return self", "Ctx().__exit__(None, None, None)", False),
+    ("", "torch.enable_grad().__enter__()", False),
+    ("", "mode = torch.set_grad_enabled(False)", False),
+])
+def test_grad_switch_statement_premise_matches_the_rule(head, switch, kept):
+    src = _GRAD_SWITCH_IN_LOOP.format(head=head, switch=switch)
+    assert AST_PREFILTERS["grad-switch-statement"](FileFacts(src)) is (kept is not False)
+    assert _reports(src, "TGL005") == bool(kept)
 
 
 def test_unregistered_attribute_premise_needs_a_class_that_may_be_a_torch_module():

@@ -775,6 +775,34 @@ def may_switch_to_eval(facts: FileFacts) -> bool:
     return facts.tree is None or facts.switches_to_eval
 
 
+def may_switch_grad_mode_by_statement(facts: FileFacts) -> bool:
+    """TGL005's premise: every finding of ``grad_mode_leak`` starts at a
+    grad-mode switch made by a statement, not a ``with``: a statement that
+    calls ``torch.set_grad_enabled`` (the builder's statement regions) or a
+    ``torch.no_grad(...).__enter__()`` call (``_bare_enter``,
+    ``summaries.leaves_grad_disabled``). A superset: a callee counts by its
+    last name, through import and module-level aliases, whatever it is
+    called on and with."""
+    tree = facts.tree
+    if tree is None:
+        return True
+    if facts.called.isdisjoint(("set_grad_enabled", "__enter__")):
+        return False
+
+    def lasts(call: ast.Call) -> set[str]:
+        chain = _dotted_names(call.func)
+        return facts.last_names(chain[0]) if len(chain) == 1 else set(chain[-1:])
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and "set_grad_enabled" in lasts(node.value):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__enter__" \
+                and isinstance(node.func.value, ast.Call) and "no_grad" in lasts(node.func.value):
+            return True
+    return False
+
+
 # What ``loss_kept_with_graph._stores`` reads as a store: these calls, ``+=``,
 # ``x = x + v``, ``x = torch.cat([x, v])`` and ``x[k] = v``.
 _STORE_METHODS = frozenset(STORE_METHODS)
@@ -885,6 +913,7 @@ AST_PREFILTERS = {"unregistered-attribute": may_hold_unregistered_attribute,
                   "probabilities-into-loss": may_feed_probabilities_to_loss,
                   "grad-scaler": may_use_grad_scaler,
                   "switches-to-eval": may_switch_to_eval,
+                  "grad-switch-statement": may_switch_grad_mode_by_statement,
                   "stores-with-grad-enabled": may_store_with_grad_enabled}
 
 

@@ -13,7 +13,7 @@ RULES = (
     ('TGL002', 'backward-under-no-grad', True, (('backward', 'grad'), ('no_grad', 'inference_mode', 'set_grad_enabled')), False, False, ''),
     ('TGL003', 'accum-zero-grad', True, (('grad',), ('step', 'accumulate'), ('%', 'accum', 'Accum', 'ACCUM', 'sync_gradients', 'update_freq')), True, False, ''),
     ('TGL004', 'clip-grad-misordered', True, (('clip_grad',),), False, False, ''),
-    ('TGL005', 'grad-mode-leak', True, (('set_grad_enabled', '__enter__'),), False, False, ''),
+    ('TGL005', 'grad-mode-leak', True, (('set_grad_enabled', '__enter__'),), False, False, 'grad-switch-statement'),
     ('TGL006', 'unregistered-submodule', True, (('__init__',),), False, False, 'unregistered-attribute'),
     ('TGL007', 'module-built-in-forward', True, (('forward',), ('Linear', 'Bilinear', 'Conv', 'Norm', 'Embedding', 'RNN', 'LSTM', 'GRU', 'Attention', 'Transformer', 'PReLU')), False, False, 'layer-built-in-forward'),
     ('TGL101', 'loss-kept-with-graph', True, (('append', 'extend', 'insert', '+', '['),), False, True, 'stores-with-grad-enabled'),

@@ -137,6 +137,7 @@ class GradModeLeak(Rule):
     summary = "bare `set_grad_enabled(False)` / `no_grad().__enter__()` never switched back"
     probe = "grad-mode-leak"
     prefilter = (("set_grad_enabled", "__enter__"),)
+    ast_prefilter = "grad-switch-statement"  # a `set_grad_enabled(...)` statement or `no_grad().__enter__()`
     docs = """
 ## What it does
 Checks for grad mode switched off by a statement rather than a `with`
