@@ -14,7 +14,7 @@ import libcst as cst
 from . import grad_mode
 from .model import Assign, Call, ClassInfo, FileModel, GradMode, Loop, Region, Return, Scope, Target
 from .names import dotted_name
-from .tree import iter_children, node_types
+from .tree import children, node_types
 
 _AUG_OPS = {
     "AddAssign": "+=", "SubtractAssign": "-=", "MultiplyAssign": "*=", "DivideAssign": "/=",
@@ -109,21 +109,33 @@ class _Builder:
     def walk(self, node: cst.CSTNode) -> None:
         """Visit ``node`` and its subtree in source order (see :mod:`.tree`).
 
-        Iterative (an explicit stack of child iterators), so a deeply nested
-        file (1,000 nested list displays, a 10,000-long subscript chain) costs
-        no Python recursion; ``on_leave`` runs after a node's last child.
+        Iterative (an explicit stack), so a deeply nested file (1,000 nested
+        list displays, a 10,000-long subscript chain) costs no Python
+        recursion; ``on_leave`` runs after a node's last child, for the
+        kinds it handles (:data:`_LEAVE_KINDS`; a 1-tuple on the stack marks
+        it). A node of a kind that neither handler looks at (most of them:
+        names, attributes, operators, literals) only takes its number.
         """
-        self.on_visit(node)
-        stack = [(node, iter_children(node))]
+        visited = _VISIT_KINDS
+        left = _LEAVE_KINDS
+        stack: list = [node]
+        pop, push, extend = stack.pop, stack.append, stack.extend
         while stack:
-            parent, children = stack[-1]
-            child = next(children, None)
-            if child is None:
-                stack.pop()
-                self.on_leave(parent)
+            item = pop()
+            kind = type(item)
+            if kind is tuple:
+                self.on_leave(item[0])
+                continue
+            if kind in visited:
+                self.on_visit(item)
             else:
-                self.on_visit(child)
-                stack.append((child, iter_children(child)))
+                self.n += 1
+            if kind in left:
+                push((item,))
+            kids = children(item)
+            if kids:
+                kids.reverse()
+                extend(kids)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.n += 1
@@ -368,6 +380,12 @@ _VISIT = {
     "NamedExpr": _Builder.v_NamedExpr,
     "Return": _Builder.v_Return,
 }
+
+
+# The kinds ``on_visit`` / ``on_leave`` do something for; every other node only takes its number.
+_VISIT_KINDS = _SUITES | _STATEMENTS | frozenset(getattr(cst, name) for name in _VISIT)
+_LEAVE_KINDS = _SUITES | _STATEMENTS | frozenset({cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda,
+                                                  cst.With, cst.Module})
 
 
 def build_model(module: cst.Module, source: str, path: str, project: Optional[object] = None) -> FileModel:

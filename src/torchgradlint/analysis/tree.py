@@ -31,6 +31,8 @@ _SOURCE_ORDER: dict[type, tuple[str, ...]] = {
 }
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+# Field types that never hold a node (``Name.value``, ``Integer.value``): leaves have no child fields.
+_SCALARS = (str, bool, int, "str", "bool", "int")
 
 
 def node_types(*bases: type) -> frozenset[type]:
@@ -67,23 +69,33 @@ def child_fields(tp: type) -> tuple[str, ...]:
         else:
             fields = tuple(
                 f.name for f in dataclasses.fields(tp)
-                if f.name not in _SKIP and not f.name.startswith("whitespace")
+                if f.name not in _SKIP and not f.name.startswith("whitespace") and f.type not in _SCALARS
             )
         _FIELDS[tp] = fields
     return fields
 
 
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes of ``node`` that can hold code, in source order (a
+    list: cheaper than a generator for the walks, which take them all)."""
+    kind = type(node)
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = child_fields(kind)
+    out: list[cst.CSTNode] = []
+    for name in fields:
+        value = getattr(node, name)
+        vkind = type(value)
+        if vkind in NODE_TYPES:
+            out.append(value)
+        elif vkind is tuple or vkind is list:
+            out.extend(item for item in value if type(item) in NODE_TYPES)
+    return out
+
+
 def iter_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The child nodes of ``node`` that can hold code, in source order."""
-    for name in child_fields(type(node)):
-        value = getattr(node, name)
-        kind = type(value)
-        if kind in NODE_TYPES:
-            yield value
-        elif kind is tuple or kind is list:
-            for item in value:
-                if type(item) in NODE_TYPES:
-                    yield item
+    return iter(children(node))
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -92,6 +104,7 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         n = stack.pop()
         yield n
-        children = list(iter_children(n))
-        children.reverse()
-        stack.extend(children)
+        kids = children(n)
+        if kids:
+            kids.reverse()
+            stack.extend(kids)
