@@ -16,8 +16,10 @@ has no verdict, or when any package crashed; it prints new and vanished
 findings. Findings are matched on (package, path, line, code).
 
 Downloads use pip (``pip download --no-deps``): sdists with ``--no-binary
-:all:``, or a wheel for the entries marked ``kind = "wheel"``; every archive
-is checked against its pinned sha256.
+:all:``, or a wheel for the entries marked ``kind = "wheel"``; where pip
+refuses a release (newer pips reject metadata that no longer parses), the
+file with the pinned digest is fetched from PyPI's simple index. Every
+archive is checked against its pinned sha256.
 """
 
 from __future__ import annotations
@@ -122,6 +124,28 @@ def _archive(pkg: Package, dl_dir: Path) -> Optional[Path]:
     return found[0] if found else None
 
 
+def _download_pinned_file(pkg: Package, dl_dir: Path) -> Optional[Path]:
+    """The release file of ``pkg`` whose sha256 is the pinned one, found in
+    PyPI's simple index (PEP 691 JSON) and fetched into ``dl_dir``; ``None``
+    when the index cannot be reached or lists no such file."""
+    import urllib.request
+
+    request = urllib.request.Request(f"https://pypi.org/simple/{pkg.name}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as fh:
+            index = json.load(fh)
+        for f in index.get("files", []):
+            if f.get("hashes", {}).get("sha256") == pkg.sha256:
+                target = dl_dir / f["filename"]
+                with urllib.request.urlopen(f["url"], timeout=300) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                return target
+    except (OSError, ValueError, KeyError):
+        return None
+    return None
+
+
 def download(pkg: Package, cache: Path, log=print) -> Path:
     """The package's archive in ``cache/downloads/<name>-<version>/`` (pip
     download, once). Raises ``RuntimeError`` when pip fails or the hash differs."""
@@ -140,6 +164,11 @@ def download(pkg: Package, cache: Path, log=print) -> Path:
             arch = _archive(pkg, dl_dir)
             if arch is not None:
                 break
+        if arch is None and pkg.sha256:
+            # pip >= 24.1 refuses a distribution whose metadata no longer parses
+            # (catalyst 22.4's ``scikit-image (<0.19.0>=0.16.1)``): fetch the file
+            # with the pinned digest from PyPI's simple index instead.
+            arch = _download_pinned_file(pkg, dl_dir)
         if arch is None:
             raise RuntimeError(f"pip download {pkg.name}=={pkg.version} failed:\n{r.stderr[-2000:]}")
     if pkg.sha256 and _sha256(arch) != pkg.sha256:

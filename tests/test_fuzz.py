@@ -13,7 +13,7 @@ hypothesmith = pytest.importorskip("hypothesmith")
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from fuzzing import FIXTURE_TEXTS, TRAINING_CONTEXT, check_text, mutate  # noqa: E402
+from fuzzing import FIXTURE_TEXTS, TRAINING_CONTEXT, check_text, mutate, parses  # noqa: E402
 
 BOUNDED = settings(max_examples=25, deadline=None, derandomize=True, database=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -37,3 +37,12 @@ def test_mutated_fixtures(fixture, seed, edits, extra, tmp_path_factory):
         text = mutate(text, rng, extra)
     failure = check_text(text, tmp_path_factory.mktemp("mut"))
     assert failure is None, failure
+
+
+def test_the_property_reads_the_file_without_newline_translation(tmp_path):
+    # Found by scripts/fuzz.py (seed 2311): CPython accepts a backslash continuation before the
+    # end of the file after "\r\n", not after "\n"; reading the --fix output with newline
+    # translation made an unchanged file "not parse".
+    text = "import torch\nfor batch in data:\n    loss = model(batch)\n    loss.backward()\n    opt.step()\n\r\n \\\r\n"
+    assert parses(text) and not parses(text.replace("\r\n", "\n"))
+    assert check_text(text, tmp_path) is None

@@ -477,9 +477,6 @@ _DROPOUT_METHOD = "import torch\nimport torch.nn.functional as F\nfrom torch imp
 def test_functional_dropout_premise_matches_the_rule(head, call, kept):
     """The premise keeps exactly the files where TGL203 can fire here: it must
     never drop one the rule reports (asserted against the rule itself)."""
-    from torchgradlint.engine import lint_source
-    from torchgradlint.registry import get_rule
-
     src = _DROPOUT_METHOD.format(head=head, call=call)
     assert may_call_functional_dropout(FileFacts(src)) is kept
     assert _reports(src, "TGL203") == kept  # a finding the premise would have thrown away is a missed finding

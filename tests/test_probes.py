@@ -127,6 +127,34 @@ def test_grad_mode_create_graph_results():
     assert _events(probe) == ["graphless"]
 
 
+def test_grad_mode_create_graph_result_of_an_evaluation_is_not_claimed():
+    x = torch.randn(3, requires_grad=True)
+    probe = GradModeProbe()
+    with probe.observe("cpu"):
+        (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)  # a training step
+        ((x ** 2).sum() + g.pow(2).sum()).backward()
+        with torch.no_grad():  # evaluation: the penalty as a metric, no backward follows it
+            for _ in range(2):
+                with torch.enable_grad():
+                    y = (x ** 3).sum()
+                (g,) = torch.autograd.grad(y, x, create_graph=True)
+                assert g.requires_grad
+                metric = g.pow(2).sum()
+        (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)  # the next training step
+        ((x ** 2).sum() + g.pow(2).sum()).backward()
+    assert metric.requires_grad is False
+    assert _events(probe) == []
+    probe = GradModeProbe()  # the same evaluation result with a backward right after it: claimed
+    with probe.observe("cpu"):
+        with torch.no_grad():
+            with torch.enable_grad():
+                y = (x ** 3).sum()
+            (g,) = torch.autograd.grad(y, x, create_graph=True)
+            metric = g.pow(2).sum()
+        ((x ** 2).sum() + metric).backward()
+    assert _events(probe) == ["unused"]
+
+
 def test_retained_graph_backward_every_step_keeps_bookkeeping():
     m = run("retained_bad_backward", RetainedGraphProbe.name)
     assert m["defect"] is True

@@ -365,3 +365,44 @@ def test_unfreeze_option_that_the_forward_honours_is_silent():
     assert lines(_tower(option, "torch.set_grad_enabled(self.unfreeze)")) == []
     # branching on the option inside the decorated forward changes nothing: grad is still off
     assert len(lines(_tower(option, "if self.unfreeze:\n                return self.vision_tower(images)"))) == 1
+
+
+_PENALTY_FORWARD = """
+    import torch
+    from torch import nn
+
+    class GradientPenalty(nn.Module):
+        def forward(self, critic, x):
+            x = x.detach().requires_grad_(True)
+            {forward}
+            (g,) = torch.autograd.grad(scores, x, torch.ones_like(scores), create_graph=True)
+            return g.norm()
+
+    with torch.no_grad():  # validation
+        print(GradientPenalty()(critic, batch))
+    """
+
+
+def test_backward_in_a_module_forward_is_reported():
+    # evaluation calls the module under no_grad: the scores have no graph there
+    assert lines(_PENALTY_FORWARD.format(forward="scores = critic(x)")) == [9]
+
+
+def test_backward_in_a_forward_through_a_graph_built_with_grad_enabled_is_silent():
+    # catalyst's GradientPenaltyLoss: the critic runs under set_grad_enabled(True) "to compute in
+    # validation mode", so the scores have a graph in any caller's mode (fixture:
+    # ok_forward_graph_built_under_enable_grad)
+    for region in ("torch.set_grad_enabled(True)", "torch.enable_grad()"):
+        assert lines(_PENALTY_FORWARD.format(forward=f"with {region}:\n                scores = critic(x)")) == []
+
+
+def test_backward_in_a_forward_whose_graph_may_be_built_without_grad_is_reported():
+    # an unknown flag, or a binding outside the region that may reach the call
+    assert lines(_PENALTY_FORWARD.format(
+        forward="with torch.set_grad_enabled(flag):\n                scores = critic(x)")) == [10]
+    assert lines(_PENALTY_FORWARD.format(
+        forward="scores = critic(x)\n            if fresh:\n                with torch.enable_grad():\n"
+                "                    scores = critic(x)")) == [12]
+    # the target is derived outside the region (``scores.sum()`` would be too): computed in the caller's mode
+    assert lines(_PENALTY_FORWARD.format(
+        forward="with torch.enable_grad():\n                raw = critic(x)\n            scores = raw * 2")) == [11]

@@ -270,8 +270,10 @@ class GradModeProbe(Probe):
     2. a silent failure: a backward whose graph reaches no parameter (e.g.
        ``requires_grad_()`` on a result computed under no_grad) after a module with
        trainable parameters ran while grad mode was off;
-    3. a ``torch.autograd.grad(..., create_graph=True)`` result that carries no graph or
-       that no later backward ever propagates through (a penalty computed under no_grad);
+    3. a ``torch.autograd.grad(..., create_graph=True)`` result that carries no graph, or
+       that the backward run next does not propagate through (a penalty computed under
+       no_grad in a training step); a result after which the next autograd call is not a
+       backward (an evaluation that computes the penalty as a metric) is not claimed;
     4. parameters that require grad and that an optimizer steps, of a module that ran with
        grad mode off, never get a gradient in the whole run (a module whose ``forward`` is
        decorated ``@torch.no_grad()`` after it was unfrozen). Attributed to the module call
@@ -294,7 +296,8 @@ class GradModeProbe(Probe):
         self._seen: set[int] = set()
         self._nograd_forward: Optional[list] = None
         self._roots: tuple = ()
-        self._graph_used: list[list] = []  # [used, stack]
+        self._graph_used: list[list] = []  # [used, stack, followed by a backward]
+        self._awaiting: list[list] = []  # create_graph results since the last autograd call
         self._nograd_params: dict[int, list] = {}  # id(parameter) -> stack of its first grad-off forward
         self._stepped: set[int] = set()  # parameters an optimizer stepped
         self._got_grad: set[int] = set()  # ... that had a gradient at some step
@@ -335,6 +338,9 @@ class GradModeProbe(Probe):
     def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
         self.calls += 1
         self._roots = roots
+        for rec in self._awaiting:  # the autograd call right after a create_graph result
+            rec[2] = kind == "backward"
+        self._awaiting = []
         if kind == "backward" and self._nograd_forward is not None and roots \
                 and all(isinstance(t, torch.Tensor) and t.requires_grad for t in roots) \
                 and not _reaches_parameter(roots):
@@ -350,8 +356,9 @@ class GradModeProbe(Probe):
                 if not t.requires_grad:
                     self._event("graphless", "create_graph result carries no graph")
                     continue
-                rec = [False, [list(s) for s in instrument.user_stack()]]
+                rec = [False, [list(s) for s in instrument.user_stack()], False]
                 self._graph_used.append(rec)
+                self._awaiting.append(rec)
                 t.register_hook(self._make_used_hook(rec))
 
     @staticmethod
@@ -397,8 +404,8 @@ class GradModeProbe(Probe):
             events.append({"kind": "untrained", "stack": stack, "cause": None,
                            "text": f"{n} stepped parameter tensor(s) of a module run with grad mode off never got a "
                                    "gradient"})
-        for used, stack in self._graph_used:
-            if not used:
+        for used, stack, followed in self._graph_used:
+            if followed and not used:
                 events.append({"kind": "unused", "text": "create_graph result contributing no gradient",
                                "stack": stack, "cause": None})
         return {"events": events, "calls": self.calls, "other_errors": list(self.other_errors),

@@ -44,8 +44,9 @@ How each probe decides (figures with their units):
 - **grad-mode** (TGL002, failures): only at a backward / `autograd.grad` call: autograd's "does not
   require grad" error when grad mode is the cause (an inference tensor, grad mode off at the call, or a
   module with trainable parameters run under no_grad since the last backward); a backward whose graph
-  reaches no parameter after such a no_grad forward (silent failure); a `create_graph=True` result no
-  later backward uses. A `.detach()` bug or an error raised elsewhere is not claimed. Defect: >= 1.
+  reaches no parameter after such a no_grad forward (silent failure); a `create_graph=True` result that
+  the backward run right after it does not use (one followed by no backward, an evaluation metric, is not
+  claimed). A `.detach()` bug or an error raised elsewhere is not claimed. Defect: >= 1.
 - **retained-graph** (TGL101, TGL102): checkpoints at the end of `main` and at each backward; least-squares
   slope over N, 2N, 4N steps, and the value at 4N above the value at N. TGL102: >= 0.5 graphs/step kept by
   `retain_graph=True` still alive at the next forward and never backpropagated again, or graph growth while

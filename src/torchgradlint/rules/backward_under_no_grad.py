@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import libcst as cst
+
 from ..analysis.model import Assign, Call, FileModel, GradMode, Region, names_in
 from ..analysis import modes
 from ..analysis.names import dotted_name
@@ -19,6 +21,23 @@ from ..analysis.summaries import (
 from ..analysis.steps import backward_call, is_true
 from ..analysis.training import step_sites
 from ..registry import Finding, Rule
+
+
+def _built_with_grad_enabled(model: FileModel, target: Optional[object], at: Call) -> bool:
+    """Whether the backward's target is a name whose every binding that may
+    reach the call ran inside a region that enables grad
+    (``torch.enable_grad()``, ``torch.set_grad_enabled(True)``): its graph is
+    recorded whatever grad mode the caller runs in, so a backward through it
+    works under the caller's ``no_grad`` (catalyst's gradient penalty, whose
+    critic runs under ``set_grad_enabled(True)`` "to compute in validation
+    mode")."""
+    name = dotted_name(target) if isinstance(target, cst.CSTNode) else None
+    if not name:
+        return False
+    bindings = model.reaching_bindings(name, at)
+    return bool(bindings) and all(
+        b.region is not None and b.region.mode is GradMode.ENABLED and b.kind in ("assign", "annassign")
+        for b in bindings)
 
 
 def _region_text(model: FileModel, region: Region) -> str:
@@ -58,8 +77,11 @@ its gradients are used (a penalty computed) in that region. It also checks
 module classes whose `forward` is decorated `@torch.no_grad()` /
 `@torch.inference_mode()` while the class offers to make itself trainable (an
 *unfreeze* option such as `unfreeze_mm_vision_tower`, or
-`requires_grad_(True)`), and backwards whose loss depends on an inference
-tensor made inside a same-file module's `forward`.
+`requires_grad_(True)`), backwards whose loss depends on an inference
+tensor made inside a same-file module's `forward`, and a backward run by a
+module's own `forward` (a gradient-penalty loss module) with no
+`torch.is_grad_enabled()` check, in a file that evaluates under `no_grad`:
+evaluation calls the module with grad disabled.
 
 ## Why is this bad?
 With grad disabled autograd records nothing: every result has
@@ -78,7 +100,9 @@ option to unfreeze it is not flagged.
 
 Computing the loss outside the region and calling `backward()` inside it works
 and is not flagged, nor is a forward and backward inside `torch.enable_grad()`
-nested in `no_grad`. `set_grad_enabled(flag)` with a non-literal flag is never
+nested in `no_grad`, nor a backward in a module's `forward` through a tensor
+computed there inside `torch.enable_grad()` / `torch.set_grad_enabled(True)`
+(its graph exists in any caller's mode). `set_grad_enabled(flag)` with a non-literal flag is never
 a finding.
 
 ## Example
@@ -187,6 +211,8 @@ with torch.no_grad():
             fn = model.enclosing_function(call.scope)
             if checks_grad_mode(model, fwd) or (fn is not None and checks_grad_mode(model, fn)):
                 continue
+            if _built_with_grad_enabled(model, b.target, call):
+                continue  # ``with torch.set_grad_enabled(True): scores = critic(x)``: a graph in any caller's mode
             if step_sites(model, fwd.order, fwd.end):
                 continue  # the forward steps an optimizer: a training driver (``Imagine()``), never evaluated
             yield Finding.from_text(call.node, (
