@@ -304,3 +304,42 @@ def test_carried_state_growth_without_a_store_is_not_tgl101(tmp_path):
     m = result["measurement"]
     assert m["details"]["nodes_per_step"] > 0 and m["details"]["carried_state"] == ["state"]
     assert m["defect"] is False and m["findings"] == []
+
+
+def _stepped_reuse() -> None:
+    """A retained graph backpropagated again after a step changed weights it saved (the
+    second layer of ``g`` saved its weight: its input needs a gradient)."""
+    torch.manual_seed(0)
+    g = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+    d = torch.nn.Linear(4, 1)
+    opt_g = torch.optim.SGD(g.parameters(), lr=0.1)
+    out = d(g(torch.randn(8, 4)))
+    out.mean().backward(retain_graph=True)
+    opt_g.step()
+    (out ** 2).mean().backward()
+
+
+def test_retained_graph_reused_after_a_step_fails_as_without_the_probe_and_is_claimed():
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _stepped_reuse()  # what PyTorch itself raises, without any probe
+    probe = RetainedGraphProbe(full_scan=False)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation") as caught:
+        with probe.observe("cpu"):
+            _stepped_reuse()
+    assert probe.on_exception(caught.value)  # saved-tensor hooks skip autograd's check: the probe makes it
+    m = RetainedGraphProbe.decide({1: probe.sample()})
+    assert m.defect and [f["code"] for f in m.findings] == ["TGL102"]
+
+
+def test_a_saved_tensor_modified_in_place_fails_under_the_probe_unclaimed():
+    # no retained graph and no step between: the error is the program's own, not this probe's defect
+    probe = RetainedGraphProbe(full_scan=False)
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation") as caught:
+        with probe.observe("cpu"):
+            y = x * 2
+            z = y.sigmoid()  # saves its output
+            z.add_(1)
+            z.sum().backward()
+    assert not probe.on_exception(caught.value)
+    assert probe.sample()["stale"] == []

@@ -243,3 +243,54 @@ def test_reported_at_the_backward_call():
                 loss, params, retain_graph=True)
         """
     assert lines(src) == [5]
+
+
+_STEPPED_BETWEEN = """
+    import torch
+    from itertools import chain
+    from torch import nn
+    G, E, D = nn.Linear(8, 2), nn.Linear(2, 8), nn.Linear(2, 1)
+    {params}
+    opt_ge = torch.optim.Adam({arg})
+    opt_d = torch.optim.Adam(D.parameters())
+    for z, real in loader:
+        gen = G(z)
+        d_gen = D(gen)
+        ge_loss = d_gen.mean() + (E(gen) - z).pow(2).mean()
+        ge_loss.backward(retain_graph=True)
+        opt_ge.step()
+        {between}
+        d_loss = D(real).mean() - d_gen.mean()
+        d_loss.backward()
+        opt_d.step()
+    """
+
+
+def test_reused_after_a_step_over_parameters_bound_to_a_name():
+    # ClusterGAN: the optimizer's parameters are a chain bound to a name first (fixture
+    # bad_stepped_before_retained_reuse): the later backward goes through G, which opt_ge stepped
+    for params, arg in (("ge = chain(G.parameters(), E.parameters())", "ge"),
+                        ("pass", "chain(G.parameters(), E.parameters())")):
+        (msg,) = messages(_STEPPED_BETWEEN.format(params=params, arg=arg, between="pass"))
+        assert "`opt_ge.step()` updates weights that graph saved in between" in msg
+
+
+def test_reused_after_a_step_is_reported_past_a_helper_that_backpropagates():
+    # a gradient-penalty helper (it calls autograd.grad) between the step and the later backward:
+    # what the helper shares cannot be told, but the later backward's reuse is a defect anyway
+    src = _STEPPED_BETWEEN.format(params="pass", arg="G.parameters()", between="gp = penalty(D, real)") + """
+    def penalty(critic, x):
+        x = x.requires_grad_(True)
+        s = critic(x)
+        return torch.autograd.grad(s, x, torch.ones_like(s), create_graph=True)[0].norm()
+    """
+    (msg,) = messages(src)
+    assert "`opt_ge.step()` updates weights that graph saved in between" in msg
+    # with only the helper after the step (no later backward of the retained graph): no verdict
+    only_helper = src.replace("d_loss = D(real).mean() - d_gen.mean()", "d_loss = gp")
+    assert messages(only_helper) == []
+
+
+def test_a_step_over_other_modules_is_not_a_reuse_defect():
+    # opt_ge steps E only: the later backward goes through G and D, whose saved weights did not change
+    assert messages(_STEPPED_BETWEEN.format(params="pass", arg="E.parameters()", between="pass")) == []

@@ -261,16 +261,28 @@ def optimizer_modules(model: FileModel, optimizer: Optional[str]) -> Optional[fr
     binding = optimizer_constructors(model).get(optimizer)
     if binding is None or not isinstance(binding.value, cst.Call):
         return None
-    return _constructor_modules(model, binding.value)
+    ctor = binding.value
+    if ctor.args and ctor.args[0].keyword is None and isinstance(ctor.args[0].value, cst.Name):
+        # ``ge_chain = chain(G.parameters(), E.parameters()); Adam(ge_chain, ...)``: the
+        # parameters are bound to a name first (the latest binding before the constructor)
+        params = model.reaching_binding(ctor.args[0].value.value, binding)
+        if params is not None and params.kind in ("assign", "annassign") and params.value is not None:
+            return _modules_in(model, params.value)
+    return _constructor_modules(model, ctor)
 
 
 def _constructor_modules(model: FileModel, ctor: cst.Call) -> Optional[frozenset[str]]:
     """The ``.parameters()`` receivers in an optimizer constructor's first argument."""
     if not ctor.args:
         return None
+    return _modules_in(model, ctor.args[0].value)
+
+
+def _modules_in(model: FileModel, expr: cst.BaseExpression) -> Optional[frozenset[str]]:
+    """The receivers of the ``.parameters()``-like calls inside ``expr``."""
     from .tree import walk
 
-    inside = {id(n) for n in walk(ctor.args[0].value) if isinstance(n, cst.Call)}
+    inside = {id(n) for n in walk(expr) if isinstance(n, cst.Call)}
     found = {c.receiver_text for c in model.calls
              if id(c.node) in inside and c.method in _PARAMETER_METHODS and c.receiver_text}
     return frozenset(found) or None

@@ -491,15 +491,35 @@ def view_span(t: torch.Tensor) -> int:
     return extent * t.element_size()
 
 
+class _SavedLeaf:
+    """A saved parameter (or other leaf): alive anyway, so not accounted; kept with its
+    version counter at save time, which autograd does not check for tensors that pass
+    through saved-tensor hooks."""
+
+    __slots__ = ("t", "version")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+        self.version = t._version
+
+
+def _modified_in_place(t: torch.Tensor, saved: int) -> RuntimeError:
+    """The error autograd raises for a saved tensor modified in place since it was saved."""
+    return RuntimeError(
+        f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+        f"[{t.type()} {list(t.shape)}] is at version {t._version}; expected version {saved} instead.")
+
+
 class _Packed:
     """A saved tensor as autograd holds it while the probe watches; tells the probe when autograd lets it go
     (``__del__``: a third of the cost of a :func:`weakref.finalize` per saved tensor)."""
 
-    __slots__ = ("t", "span", "last_call", "release", "skey", "vkey", "__weakref__")
+    __slots__ = ("t", "version", "span", "last_call", "release", "skey", "vkey", "__weakref__")
 
     def __init__(self, t: torch.Tensor, span: int, release: Callable[[tuple, tuple], None], skey: tuple,
-                 vkey: tuple) -> None:
+                 vkey: tuple, version: int = 0) -> None:
         self.t = t
+        self.version = version  # the tensor's version counter when autograd saved it
         self.span = span
         self.last_call: Optional[int] = None
         self.release, self.skey, self.vkey = release, skey, vkey
@@ -554,7 +574,10 @@ class RetainedGraphProbe(Probe):
     is not growth):
     TGL102 when >= 0.5 retained graphs/step are alive at the next forward and never
     reused, or when graphs grow (below) while retained graphs are backpropagated
-    again (state carried across iterations), attributed to the retaining call;
+    again (state carried across iterations), attributed to the retaining call; and
+    when a backward raises "modified by an inplace operation" after an optimizer
+    step that ran between it and a ``retain_graph=True`` backward (the retained
+    graph's saved weights were stepped in place), attributed to the retaining call;
     TGL101 when graph nodes grow >= 0.1 node/step or saved tensors >= 256 B/step (or
     saved tensors at their peak >= 1 KiB/step), attributed to the variable whose
     graph grows and the line that stores into it (a variable rebound from its own value, with
@@ -565,7 +588,8 @@ class RetainedGraphProbe(Probe):
     name = "retained-graph"
     unit = "B/step"
     threshold = ("TGL102: >= 0.5 graphs/step kept by retain_graph=True alive at the next forward and never reused, "
-                 "or growth while retained graphs are reused; TGL101: graph nodes >= 0.1 node/step or saved tensors "
+                 "growth while retained graphs are reused, or a backward through a retained graph whose saved weights "
+                 "an optimizer step changed in between ('modified by an inplace operation'); TGL101: graph nodes >= 0.1 node/step or saved tensors "
                  ">= 256 B/step (peak >= 1 KiB/step): least-squares slope over N, 2N, 4N steps")
     needs_frame = True
     schedule = (1, 2, 4)
@@ -593,6 +617,10 @@ class RetainedGraphProbe(Probe):
         self._lines: dict[tuple, list] = {}
         self._t0 = 0.0
         self.seconds = 0.0
+        # retain_graph=True backwards since the last backward without it: [stack, an optimizer step ran since]
+        self._retained: list[list] = []
+        self.stale: list[dict] = []  # backwards that raised through saved weights stepped in place
+        self._claimed: set[int] = set()
 
     # saved tensor accounting -------------------------------------------------------------------
     def _recount(self, skey: tuple) -> None:
@@ -621,7 +649,7 @@ class RetainedGraphProbe(Probe):
         if self._pending:
             self._check_pending()
         if t.requires_grad and t.grad_fn is None:  # parameter or other leaf: alive anyway
-            return t
+            return _SavedLeaf(t)
         try:
             size = t.element_size()
             offset = t.storage_offset()
@@ -637,7 +665,7 @@ class RetainedGraphProbe(Probe):
         # detach: holding a saved *output* with its grad_fn would make a reference cycle
         # (node -> saved variable -> tensor -> node) that a retained graph never breaks;
         # autograd restores the autograd metadata of what unpack returns.
-        packed = _Packed(t.detach(), span, self._release, skey, vkey)
+        packed = _Packed(t.detach(), span, self._release, skey, vkey, t._version)
         views = self._views.setdefault(skey, {})
         entry = views.get(vkey)
         if entry is None:
@@ -648,9 +676,28 @@ class RetainedGraphProbe(Probe):
         self.packed_total += 1
         return packed
 
+    def _stale(self, t: torch.Tensor, saved: int) -> RuntimeError:
+        """Autograd skips its version check for tensors that pass through saved-tensor hooks:
+        the probe makes it, so that the program fails as it does without the probe; a
+        failure after an optimizer step that followed a ``retain_graph=True`` backward is
+        this probe's defect."""
+        exc = _modified_in_place(t, saved)
+        stepped = [stack for stack, after_step in self._retained if after_step]
+        if stepped:  # attributed to the earliest retaining backward an optimizer step followed
+            self._claimed.add(id(exc))
+            self.stale.append({"stack": stepped[0], "text": f"RuntimeError: {str(exc).split(': [', 1)[0]}",
+                               "at": [list(s) for s in instrument.user_stack()]})
+        return exc
+
     def _unpack(self, packed: Any) -> Any:
+        if isinstance(packed, _SavedLeaf):
+            if packed.t._version != packed.version:
+                raise self._stale(packed.t, packed.version)
+            return packed.t
         if not isinstance(packed, _Packed):
             return packed
+        if packed.t._version != packed.version:
+            raise self._stale(packed.t, packed.version)
         cur = self._current
         if cur is not None:
             call = self._calls.get(cur)
@@ -686,14 +733,27 @@ class RetainedGraphProbe(Probe):
     def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
         if self._current in self._calls:
             self._pending.append(self._current)
+            self._retained.append([self._calls[self._current].stack, False])
+        elif kind == "backward":
+            self._retained = []  # a backward without retain_graph frees what it went through
         self._current = None
 
     def on_backward_error(self, kind: str, exc: BaseException) -> None:
         self._current = None
 
+    def on_exception(self, exc: BaseException) -> bool:
+        return id(exc) in self._claimed
+
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        for rec in self._retained:
+            rec[1] = True
+
     def _install(self, stack: ExitStack) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
+        stack.callback(register_optimizer_step_pre_hook(self._pre_step).remove)
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack))
         self._t0 = time.perf_counter()
         stack.callback(self._stop_clock)
@@ -753,7 +813,7 @@ class RetainedGraphProbe(Probe):
         """The end-of-main checkpoint plus packed count, wall seconds and (harness) the checkpoint at the
         start of the last backward (``inrun``: graphs held by variables of helpers that have returned since)."""
         end = dict(self.end) or self.checkpoint([])
-        end.update({"packed_total": self.packed_total, "seconds": round(self.seconds, 4)})
+        end.update({"packed_total": self.packed_total, "seconds": round(self.seconds, 4), "stale": list(self.stale)})
         if self.inrun:
             end["inrun"] = {"holders": self.inrun["holders"], "holder_nodes": self.inrun["holder_nodes"]}
         return end
@@ -763,6 +823,13 @@ class RetainedGraphProbe(Probe):
         """Growth over the checkpoints (see the class docstring for the thresholds)."""
         xs = sorted(samples)
         first, last = samples[xs[0]], samples[xs[-1]]
+        stale = [e for x in xs for e in samples[x].get("stale", [])]
+        if stale:
+            e = stale[0]
+            text = "backward through a retained graph after an optimizer step: " + e["text"]
+            return Measurement(cls.name, float(len(stale)), "failures", text, cls.threshold, True,
+                               findings=[_finding("TGL102", e["stack"], float(len(stale)), "failures", text)],
+                               details={"runs": {str(k): v for k, v in samples.items()}})
 
         def fit(get: Callable[[dict], Optional[float]]) -> Optional[float]:
             pts = [(x, get(samples[x])) for x in xs]

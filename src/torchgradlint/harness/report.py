@@ -50,7 +50,10 @@ How each probe decides (figures with their units):
 - **retained-graph** (TGL101, TGL102): checkpoints at the end of `main` and at each backward; least-squares
   slope over N, 2N, 4N steps, and the value at 4N above the value at N. TGL102: >= 0.5 graphs/step kept by
   `retain_graph=True` still alive at the next forward and never backpropagated again, or graph growth while
-  retained graphs are backpropagated again (state carried across iterations). TGL101: graph nodes
+  retained graphs are backpropagated again (state carried across iterations), or a backward through a
+  retained graph after an optimizer step changed weights it saved ("modified by an inplace operation":
+  saved-tensor hooks skip autograd's version check, so the probe makes it and the program fails as it
+  does without the probe). TGL101: graph nodes
   >= 0.1 node/step, saved tensors >= 256 B/step, or saved tensors at their peak >= 1 KiB/step. Saved bytes
   count the bytes each saved view spans (a slice of a preallocated dataset counts the slice).
 - **module-mode** (TGL201, calls): dropout (`F.dropout` and variants, `nn.Dropout`, `nn.MultiheadAttention`,

@@ -188,7 +188,9 @@ class Session:
         for name, probe in self.probes.items():
             if isinstance(probe, RetainedGraphProbe):
                 samples = self.growth_samples()
-                if samples is not None:
+                if probe.stale:  # a retained graph backpropagated after a step changed its weights: no growth fit
+                    out.append(probe.judge({self.backward_calls: {"stale": list(probe.stale)}}))
+                elif samples is not None:
                     out.append(probe.judge(samples))
             else:
                 out.append(type(probe).judge({1: probe.collect()}))
@@ -196,7 +198,8 @@ class Session:
 
     def notes(self) -> list[str]:
         """What could not be measured, for the user."""
-        if RetainedGraphProbe.name in self.probes and self.growth_samples() is None:
+        probe = self.probes.get(RetainedGraphProbe.name)
+        if isinstance(probe, RetainedGraphProbe) and not probe.stale and self.growth_samples() is None:
             need = FIRST_CHECKPOINT * 2 ** (MIN_CHECKPOINTS - 1)
             return [f"retained-graph: {self.backward_calls} backward call(s), {self.forward_calls} top-level "
                     f"forward(s); growth needs {MIN_CHECKPOINTS} checkpoints (at least {need} backward calls, or "

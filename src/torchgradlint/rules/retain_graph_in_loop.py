@@ -54,6 +54,14 @@ silenced "Trying to backward through the graph a second time". Each step now
 backpropagates through *all* earlier steps: memory and time per step grow
 with the number of steps (measured: 200 steps ran 40x slower than the first).
 
+It also reports a retained graph that a later backward of the iteration does
+use, when an optimizer `step()` between the two updates the weights of a
+module in that graph (`ge_loss.backward(retain_graph=True); opt_ge.step();
+d_loss.backward()` through the same generated images): the step changes the
+saved weights in place, and the second backward raises "one of the variables
+needed for gradient computation has been modified by an inplace operation"
+(or, before PyTorch 1.5, silently used the new weights).
+
 The rule stays silent when the retained graph is needed: a later backward in
 the same iteration (`loss1.backward(retain_graph=True); loss2.backward()`, a
 GAN's discriminator step followed by the generator's), rows of a Jacobian or
@@ -303,16 +311,18 @@ def _later_use(model: FileModel, call: Call, graph, loop: Loop):
     mine = {id(s): s for s in graph.sources}
     outer = call.loops[0]  # the iteration of every enclosing loop of the scope goes on after ``call``
     later = [c for c in model.calls_within(call.order + 1, outer.end) if c.scope is call.scope]
-    shared_any = False
+    shared_any = unknown = False
     for other in later:
         bw = backward_call(model, other)
         if bw is None:
-            if runs_backward(model, other, accumulating_only=False):
-                return None  # a helper backpropagates: what it shares cannot be told
+            # a helper backpropagates: what it shares cannot be told (a later backward that
+            # shares a module stepped in between is a defect whatever the helper does)
+            unknown = unknown or runs_backward(model, other, accumulating_only=False)
             continue
         theirs = provenance(model, bw.target, other)
         if not theirs.attached and not theirs.sources:
-            return None
+            unknown = True
+            continue
         shared = [mine[id(s)] for s in theirs.sources if id(s) in mine]
         if not shared:
             continue
@@ -328,7 +338,7 @@ def _later_use(model: FileModel, call: Call, graph, loop: Loop):
                 fact = call_fact(model, src)
                 if fact is not None and is_module_call(model, src) and covers(modules, fact.func_text):
                     return step_call
-    return None if shared_any else "unused"
+    return None if shared_any or unknown else "unused"
 
 
 def _detached_now_and_then(model: FileModel, name: str, call: Call, loop: Loop) -> bool:
