@@ -345,6 +345,13 @@ class FileFacts:
         imports and the module-level aliases (itself included)."""
         return {callee, self.imported.get(callee, callee), *self.assigned.get(callee, ())}
 
+    def callee_last_names(self, call: ast.Call) -> set[str]:
+        """Every last name ``call``'s callee may resolve to: through
+        :meth:`last_names` for a single name, its own last name for a dotted
+        one (``F.dropout``), none for any other callee (``f()()``)."""
+        chain = _dotted_names(call.func)
+        return self.last_names(chain[0]) if len(chain) == 1 else set(chain[-1:])
+
 
 def _last_name(node: ast.expr) -> str:
     """The last name of a dotted expression (``self.scaler`` -> ``scaler``), else ``""``."""
@@ -653,8 +660,8 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
         if not chain or chain[0] not in heads or any(isinstance(a, ast.Starred) for a in node.args) \
                 or any(k.arg is None for k in node.keywords):
             continue
-        lasts = facts.last_names(chain[0]) if len(chain) == 1 else {chain[-1]}
-        if any(_dropout_call_may_be_reported(node, last == _SDPA_NAME) for last in lasts & _DROPOUT_CALLS):
+        if any(_dropout_call_may_be_reported(node, last == _SDPA_NAME)
+               for last in facts.callee_last_names(node) & _DROPOUT_CALLS):
             return True
     return False
 
@@ -788,11 +795,7 @@ def may_switch_grad_mode_by_statement(facts: FileFacts) -> bool:
         return True
     if facts.called.isdisjoint(("set_grad_enabled", "__enter__")):
         return False
-
-    def lasts(call: ast.Call) -> set[str]:
-        chain = _dotted_names(call.func)
-        return facts.last_names(chain[0]) if len(chain) == 1 else set(chain[-1:])
-
+    lasts = facts.callee_last_names
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
                 and "set_grad_enabled" in lasts(node.value):

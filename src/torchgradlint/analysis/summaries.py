@@ -147,7 +147,7 @@ def trainable_evidence(model: FileModel, class_name: str) -> Optional[cst.CSTNod
     (``getattr(args, 'unfreeze_mm_vision_tower', False)``, ``self.unfreeze``),
     ``requires_grad_()``/``requires_grad_(True)`` or ``.requires_grad = True``.
     (A ``requires_grad_(False)`` freeze is no evidence.)"""
-    from .tree import iter_children
+    from .tree import children
 
     info = model.classes.get(class_name)
     if info is None:
@@ -171,5 +171,5 @@ def trainable_evidence(model: FileModel, class_name: str) -> Optional[cst.CSTNod
                 and any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
                         for t in node.targets):
             return node
-        stack.extend(reversed(list(iter_children(node))))
+        stack.extend(reversed(children(node)))
     return None

@@ -32,7 +32,7 @@ _SOURCE_ORDER: dict[type, tuple[str, ...]] = {
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 # Field types that never hold a node (``Name.value``, ``Integer.value``): leaves have no child fields.
-_SCALARS = (str, bool, int, "str", "bool", "int")
+_SCALARS = (str, bool, int)
 
 
 def node_types(*bases: type) -> frozenset[type]:

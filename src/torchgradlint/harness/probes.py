@@ -517,7 +517,7 @@ class _Packed:
     __slots__ = ("t", "version", "span", "last_call", "release", "skey", "vkey", "__weakref__")
 
     def __init__(self, t: torch.Tensor, span: int, release: Callable[[tuple, tuple], None], skey: tuple,
-                 vkey: tuple, version: int = 0) -> None:
+                 vkey: tuple, version: int) -> None:
         self.t = t
         self.version = version  # the tensor's version counter when autograd saved it
         self.span = span
@@ -690,14 +690,12 @@ class RetainedGraphProbe(Probe):
         return exc
 
     def _unpack(self, packed: Any) -> Any:
-        if isinstance(packed, _SavedLeaf):
-            if packed.t._version != packed.version:
-                raise self._stale(packed.t, packed.version)
-            return packed.t
-        if not isinstance(packed, _Packed):
+        if not isinstance(packed, (_Packed, _SavedLeaf)):
             return packed
         if packed.t._version != packed.version:
             raise self._stale(packed.t, packed.version)
+        if isinstance(packed, _SavedLeaf):
+            return packed.t
         cur = self._current
         if cur is not None:
             call = self._calls.get(cur)

@@ -23,7 +23,7 @@ from ..analysis.training import step_sites
 from ..registry import Finding, Rule
 
 
-def _built_with_grad_enabled(model: FileModel, target: Optional[object], at: Call) -> bool:
+def _built_with_grad_enabled(model: FileModel, target: Optional[cst.BaseExpression], at: Call) -> bool:
     """Whether the backward's target is a name whose every binding that may
     reach the call ran inside a region that enables grad
     (``torch.enable_grad()``, ``torch.set_grad_enabled(True)``): its graph is
@@ -31,7 +31,7 @@ def _built_with_grad_enabled(model: FileModel, target: Optional[object], at: Cal
     works under the caller's ``no_grad`` (catalyst's gradient penalty, whose
     critic runs under ``set_grad_enabled(True)`` "to compute in validation
     mode")."""
-    name = dotted_name(target) if isinstance(target, cst.CSTNode) else None
+    name = dotted_name(target)
     if not name:
         return False
     bindings = model.reaching_bindings(name, at)
