@@ -1041,6 +1041,23 @@ def computed_under_no_grad(model: FileModel, expr: Optional[cst.BaseExpression],
     return None
 
 
+def built_under_enable_grad(model: FileModel, target: Optional[cst.BaseExpression], at: _Located) -> bool:
+    """Whether ``target`` is a name whose every binding that may reach
+    ``at`` (a backward call, say) ran inside a region that enables grad
+    (``torch.enable_grad()``, ``torch.set_grad_enabled(True)``): its graph is
+    recorded whatever grad mode the caller runs in, so a backward through it
+    works under the caller's ``no_grad`` (catalyst's gradient penalty, whose
+    critic runs under ``set_grad_enabled(True)`` "to compute in validation
+    mode")."""
+    name = dotted_name(target)
+    if not name:
+        return False
+    bindings = model.reaching_bindings(name, at)
+    return bool(bindings) and all(
+        b.region is not None and b.region.mode is GradMode.ENABLED and b.kind in ("assign", "annassign")
+        for b in bindings)
+
+
 # -- backward targets ------------------------------------------------------------------
 def _backward_calls(model: FileModel, scope: Scope):
     out = []
@@ -1200,6 +1217,7 @@ _RESULTS = node_types(cst.Return, cst.Yield)
 
 __all__ = [
     "Provenance", "State", "provenance", "reaching_binding", "is_graph_attached", "computed_under_no_grad",
+    "built_under_enable_grad",
     "module_names", "is_module_call", "loss_names", "is_loss_call", "is_scalar_loss", "backward_target_names",
     "is_backward_target", "backpropagated_names", "returned_names", "freed_by_backward", "loss_like",
 ]

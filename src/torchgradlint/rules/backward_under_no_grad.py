@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-import libcst as cst
-
 from ..analysis.model import Assign, Call, FileModel, GradMode, Region, names_in
 from ..analysis import modes
 from ..analysis.names import dotted_name
-from ..analysis.provenance import computed_under_no_grad, module_cuts_graph, provenance
+from ..analysis.provenance import built_under_enable_grad, computed_under_no_grad, module_cuts_graph, provenance
 from ..analysis.summaries import (
     attribute_reads,
     checks_grad_mode,
@@ -21,23 +19,6 @@ from ..analysis.summaries import (
 from ..analysis.steps import backward_call, is_true
 from ..analysis.training import step_sites
 from ..registry import Finding, Rule
-
-
-def _built_with_grad_enabled(model: FileModel, target: Optional[cst.BaseExpression], at: Call) -> bool:
-    """Whether the backward's target is a name whose every binding that may
-    reach the call ran inside a region that enables grad
-    (``torch.enable_grad()``, ``torch.set_grad_enabled(True)``): its graph is
-    recorded whatever grad mode the caller runs in, so a backward through it
-    works under the caller's ``no_grad`` (catalyst's gradient penalty, whose
-    critic runs under ``set_grad_enabled(True)`` "to compute in validation
-    mode")."""
-    name = dotted_name(target)
-    if not name:
-        return False
-    bindings = model.reaching_bindings(name, at)
-    return bool(bindings) and all(
-        b.region is not None and b.region.mode is GradMode.ENABLED and b.kind in ("assign", "annassign")
-        for b in bindings)
 
 
 def _region_text(model: FileModel, region: Region) -> str:
@@ -211,7 +192,7 @@ with torch.no_grad():
             fn = model.enclosing_function(call.scope)
             if checks_grad_mode(model, fwd) or (fn is not None and checks_grad_mode(model, fn)):
                 continue
-            if _built_with_grad_enabled(model, b.target, call):
+            if built_under_enable_grad(model, b.target, call):
                 continue  # ``with torch.set_grad_enabled(True): scores = critic(x)``: a graph in any caller's mode
             if step_sites(model, fwd.order, fwd.end):
                 continue  # the forward steps an optimizer: a training driver (``Imagine()``), never evaluated
