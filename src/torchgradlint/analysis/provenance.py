@@ -33,7 +33,6 @@ Public API (used by several rules; names are stable):
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -750,7 +749,6 @@ class _Evaluator:
     # -- expressions ----------------------------------------------------------------------
     def _op(self, at: _Located, parts: list[Provenance], node: Optional[cst.CSTNode] = None) -> Provenance:
         """A new tensor computed from ``parts`` by ``node`` where ``at`` runs."""
-        m = self.m
         mode = self.mode(at)
         inference = any(p.inference for p in parts)
         if mode is GradMode.DISABLED:
