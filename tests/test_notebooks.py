@@ -64,6 +64,11 @@ def test_magics_keep_line_numbers():
     compile(joined.source, "nb", "exec")
 
 
+def test_help_lines_keep_line_numbers():
+    joined = join_cells(["torch.*Tensor?\nnp.sum??\n??torch.nn\n?x\n  y.z?\nx = a ? b"])
+    assert joined.source.splitlines() == ["pass", "pass", "pass", "pass", "  pass", "x = a ? b"]
+
+
 def test_json_has_cell_field_and_full_shows_cell_line(tmp_path, capsys):
     write_nb(tmp_path / "nb.ipynb", notebook(SETUP, LOOP))
     _, out, _ = run(capsys, "nb.ipynb", "--output-format", "json")

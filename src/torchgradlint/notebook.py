@@ -5,8 +5,9 @@ line, so the analysis sees names defined in earlier cells. IPython syntax that
 is not Python is replaced by lines that keep the line count: a cell magic cell
 (``%%time``, ``%%bash``) becomes blank lines, a line magic (``%matplotlib``),
 a shell escape (``!pip install``), an assignment from one (``x = !ls``) and a
-help line (``obj?``) become ``pass`` at the same indentation. ``# noqa``
-comments work inside cells as in files.
+help line (``obj?``, ``??obj``, a wildcard search ``torch.*Tensor?``) become
+``pass`` at the same indentation. ``# noqa`` comments work inside cells as in
+files.
 
 Findings are mapped back to ``(cell, line in cell)``: ``Diagnostic.cell`` is
 the 1-based index of the code cell among the notebook's code cells (markdown
@@ -31,7 +32,8 @@ from .lines import split_lines
 NOTEBOOK_SUFFIX = ".ipynb"
 
 _MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|[\w.]+\s*=\s*[%!])")
-_HELP_LINE = re.compile(r"^(\s*)\??[\w.]+\?{1,2}\s*$")
+# IPython help: ``obj?``, ``obj??``, ``?obj``, ``??obj``, and the wildcard search ``torch.*Tensor?``
+_HELP_LINE = re.compile(r"^(\s*)(?:\?{1,2}[\w.*]+|[\w.*]+\?{1,2})\s*$")
 
 
 class NotebookError(ValueError):
