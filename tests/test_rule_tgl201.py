@@ -499,3 +499,52 @@ class Rev(nn.Module):
             y = self.f(x)
         return y + x
 """) == []
+
+
+def test_layer_named_by_a_variable_counts_by_what_the_variable_builds():
+    # NYU-DLSP20's space-stretching notebook: random nets built from ``NL = nn.Tanh()``
+    assert lines("""
+    import torch
+    from torch import nn
+    NL = nn.Tanh()
+    for i in range(5):
+        net = nn.Sequential(nn.Linear(2, 5), NL, nn.Linear(5, 2))
+        with torch.no_grad():
+            y = net(x)
+    """, header=False) == []
+    assert lines("""
+    import torch
+    from torch import nn
+    NL = nn.Dropout(0.2)
+    for i in range(5):
+        net = nn.Sequential(nn.Linear(2, 5), NL, nn.Linear(5, 2))
+        with torch.no_grad():
+            y = net(x)
+    """, header=False) == [8]
+
+
+def test_layer_class_named_by_a_variable_counts_by_the_class():
+    # NYU-DLSP20's Bayesian-NN notebook: ``non_linear = nn.ReLU`` ... ``non_linear()``
+    for classes, expected in ((("ReLU", "Tanh"), []), (("ReLU", "Dropout"), [10])):
+        assert lines(f"""
+        import torch
+        from torch import nn
+        def main(x, big):
+            act = nn.{classes[0]}
+            if big:
+                act = nn.{classes[1]}
+            net = nn.Sequential(nn.Linear(2, 5), act(), nn.Linear(5, 2))
+            with torch.no_grad():
+                return net(x)
+        """, header=False) == expected, classes
+
+
+def test_layer_variable_of_unknown_origin_still_counts_as_mode_dependent():
+    assert lines("""
+    import torch
+    from torch import nn
+    def build(act):
+        net = nn.Sequential(nn.Linear(2, 5), act, nn.Linear(5, 2))
+        with torch.no_grad():
+            return net(x)
+    """, header=False) == [7]

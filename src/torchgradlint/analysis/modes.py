@@ -380,11 +380,24 @@ def _outside(model: FileModel, text: str) -> Optional[bool]:
     return model.project.sensitive(text) if model.project is not None else None
 
 
-def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
+def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the module-building expression ``node`` may build a module
+    whose forward depends on training mode. A layer named by a variable
+    (``nn.Sequential(nn.Linear(2, 5), act, ...)``, ``act()``) counts by
+    what every binding of that name in the file builds (:func:`_bound_values`);
+    anything else that is not a call is unknown, so sensitive."""
     node = unwrap(node)
+    if isinstance(node, cst.Name):
+        values = _bound_values(model, node.value, seen)
+        return values is None or any(_expr_sensitive(model, v, seen | {node.value}) for v in values)
     if not isinstance(node, cst.Call):
         return True
     qn = model.qualname(node.func) or ""
+    if isinstance(node.func, cst.Name) and qn == node.func.value and qn not in model.classes:
+        # ``act = nn.ReLU`` ... ``act()``: the call builds what the class bound to the variable builds
+        classes = _bound_values(model, qn, seen)
+        if classes is not None:
+            return any(_expr_sensitive(model, node.with_changes(func=c), seen | {qn}) for c in classes)
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn."):
         if MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
@@ -402,7 +415,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
                     # ``Sequential(OrderedDict([("fc", nn.Linear(...)), ...]))``: the named layers
                     values = [e.value.elements[-1].value if isinstance(e.value, cst.Tuple) and e.value.elements
                               else e.value for e in a.value.args[0].value.elements]
-                if a.star or any(_expr_sensitive(model, v) for v in values):
+                if a.star or any(_expr_sensitive(model, v, seen) for v in values):
                     return True
         return False
     if "." not in qn and last in model.classes:
@@ -412,6 +425,20 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression) -> bool:
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                    for a in node.args)
     return _outside(model, qn) is not False  # a class of the project: the index may know it
+
+
+def _bound_values(model: FileModel, name: str, seen: frozenset[str]) -> Optional[list]:
+    """The values of every binding of the variable ``name`` anywhere in the
+    file, when each is a plain assignment (not a parameter, a loop or
+    ``with`` target, an unpacking or an augmented assignment); ``None``
+    otherwise, or for a name bound in terms of itself (unknown)."""
+    if name in seen:
+        return None
+    bindings = [a for a in model.assigns if a.binds(name)]
+    if not bindings or any(a.kind not in ("assign", "annassign") or a.unpacked or a.value is None
+                           for a in bindings):
+        return None
+    return [a.value for a in bindings]
 
 
 def _code(node: cst.CSTNode) -> str:
