@@ -198,3 +198,64 @@ def test_train_in_eval_restores_module_train():
     with probe.observe("cpu", 1):
         assert torch.nn.Module.train is not original
     assert torch.nn.Module.train is original
+
+
+# -- module-mode (TGL201): Monte-Carlo dropout by an explicit train() ------------------------------
+MC = """
+def main(device, steps):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), {layers}nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    for _ in range(steps):
+        {top}
+        with torch.no_grad():
+            {sample}
+        step(model, opt)
+    model.train()
+    with torch.no_grad():
+        {sample}
+"""
+
+
+def _module_mode(tmp_path, **fields) -> dict:
+    from torchgradlint.harness.probes import ModuleModeProbe
+
+    spec = {"layers": "nn.Dropout(0.5), ", "top": "pass", "sample": "samples = [model(x) for _ in range(5)]"}
+    spec.update(fields)
+    m = run(tmp_path, MC.format(**spec), ModuleModeProbe.name)
+    return m
+
+
+def test_module_mode_monte_carlo_sampling_after_an_explicit_train_is_deliberate(tmp_path):
+    # only the final sampling: the loop's samples run in the training mode the steps left
+    m = _module_mode(tmp_path, top="model.eval()")
+    assert m["defect"] is False
+    assert m["details"]["runs"][str(STEPS)]["deliberate_calls"] == 5
+
+
+def test_module_mode_a_switch_followed_by_training_is_no_sampling(tmp_path):
+    # ``model.train()`` at the top of each step, samples, then the step's backward: counted
+    m = _module_mode(tmp_path, top="model.train()")
+    run_n = m["details"]["runs"][str(STEPS)]
+    assert m["defect"] is True and run_n["calls"] == 5 * STEPS and run_n["deliberate_calls"] == 5
+
+
+def test_module_mode_one_forward_after_an_explicit_train_is_counted(tmp_path):
+    m = _module_mode(tmp_path, top="model.eval()", sample="once = model(x)")
+    assert m["defect"] is True and m["details"]["runs"][str(STEPS)]["calls"] == 1
+
+
+def test_module_mode_batch_norm_under_an_explicit_train_is_counted(tmp_path):
+    m = _module_mode(tmp_path, top="model.eval()", layers="nn.BatchNorm1d(8), nn.Dropout(0.5), ")
+    run_n = m["details"]["runs"][str(STEPS)]
+    assert m["defect"] is True and run_n["norm_calls"] == 5 and run_n["deliberate_calls"] == 5
+
+
+def test_module_mode_restores_module_train():
+    from torchgradlint.harness.probes import ModuleModeProbe
+
+    original = torch.nn.Module.train
+    with ModuleModeProbe().observe("cpu", 1):
+        assert torch.nn.Module.train is not original
+    assert torch.nn.Module.train is original

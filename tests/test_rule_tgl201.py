@@ -548,3 +548,72 @@ def test_layer_variable_of_unknown_origin_still_counts_as_mode_dependent():
         with torch.no_grad():
             return net(x)
     """, header=False) == [7]
+
+
+def test_monte_carlo_dropout_after_an_explicit_train_is_silent():
+    # NYU-DLSP20's Bayesian-NN notebook: samples of a dropout-only net in training mode on purpose
+    assert lines(TRAIN_LOOP + """
+model.eval()
+with torch.no_grad():
+    point = model(x_val)
+model.train()
+with torch.no_grad():
+    samples = [model(x_val) for _ in range(100)]
+""") == []
+    assert lines(TRAIN_LOOP + """
+model.train()
+y_hat = list()
+with torch.no_grad():
+    for t in range(100):
+        y_hat.append(model(x_val.view(-1, 1)).squeeze())
+""") == []
+
+
+def test_training_mode_for_one_evaluation_or_a_pass_over_data_is_flagged():
+    assert lines(TRAIN_LOOP + """
+model.train()
+with torch.no_grad():
+    once = model(x_val)
+""") == [9]
+    assert lines(TRAIN_LOOP + """
+model.train()
+with torch.no_grad():
+    for x in val_loader:
+        each = model(x)
+""") == [10]
+
+
+def test_monte_carlo_sampling_of_a_batch_norm_net_is_still_flagged():
+    # training mode also makes batch norm overwrite its running statistics with each sample
+    assert lines("""
+    import torch
+    from torch import nn
+    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5))
+    net.train()
+    with torch.no_grad():
+        samples = [net(x) for _ in range(10)]
+    """, header=False) == [7]
+
+
+def test_train_at_the_top_of_an_epoch_that_trains_after_the_evaluation_is_flagged():
+    assert lines("""
+for epoch in range(3):
+    model.train()
+    with torch.no_grad():
+        sanity = model(x_val)
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+""") == [5]
+
+
+def test_train_then_a_module_handed_to_an_unknown_helper_is_flagged():
+    assert lines("""
+from helpers import train_one_epoch
+for epoch in range(3):
+    model.train()
+    train_one_epoch(model, loader, optimizer)
+    with torch.no_grad():
+        val = model(x_val)
+""") == [7]

@@ -39,10 +39,11 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, GradMode, Scope, argument_for, call_params, is_literal
+from .model import Call, FileModel, GradMode, Scope, argument_for, call_params, is_literal, names_in
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
 from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
+from .tree import walk
 
 EVAL = "eval"
 TRAIN = "train"
@@ -486,10 +487,30 @@ def dropout_free_at(model: FileModel, call: Call, text: str) -> bool:
     RReLU, or a ``self.training`` branch): batch norm is its only
     mode-dependent layer. ``False`` when a construction is not visible (a
     parameter, an imported factory, a layer imported from another package)."""
+    return _constructions_free_of(model, call, text, _DROPOUT_SOURCE)
+
+
+# Layers whose training mode changes state: batch norm's running statistics (and a custom
+# ``self.training`` branch, which may update buffers as a codebook's EMA does).
+_STATISTICS_SOURCE = re.compile(r"BatchNorm|batch_norm|InstanceNorm|instance_norm|running_mean|running_var|"
+                                r"\.training\b")
+
+
+def statistics_free_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether every construction of the module ``text`` that may reach
+    ``call`` is visible in the file and holds no batch norm (nor instance
+    norm, running statistics or a ``self.training`` branch): a forward in
+    training mode changes no state, dropout is its only mode-dependent layer.
+    ``False`` when a construction is not visible."""
+    return _constructions_free_of(model, call, text, _STATISTICS_SOURCE)
+
+
+def _constructions_free_of(model: FileModel, call: Call, text: str, pattern: "re.Pattern[str]") -> bool:
     here = _built_values(model, text, model.reaching_bindings(text, call))
     ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
     return bool(ctors) and all(
-        isinstance(v, cst.Call) and _code_dropout_free(model, model.module.code_for_node(v), set()) for v in ctors)
+        isinstance(v, cst.Call) and _code_free_of(model, model.module.code_for_node(v), pattern, set())
+        for v in ctors)
 
 
 def _built_values(model: FileModel, text: str, bindings: list) -> list:
@@ -509,13 +530,16 @@ def _built_values(model: FileModel, text: str, bindings: list) -> list:
     return out
 
 
-def _code_dropout_free(model: FileModel, code: str, seen: set[str]) -> bool:
-    if _DROPOUT_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
+def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen: set[str]) -> bool:
+    """Whether ``code`` (and the same-file classes it names) spells nothing
+    ``pattern`` matches (a zero dropout rate aside) and names no layer from
+    outside torch and the standard/numeric libraries (not visible)."""
+    if pattern.search(_ZERO_DROPOUT.sub("", code)):
         return False
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word not in seen:
             seen.add(word)
-            if not _code_dropout_free(model, model.module.code_for_node(model.classes[word].node), seen):
+            if not _code_free_of(model, model.module.code_for_node(model.classes[word].node), pattern, seen):
                 return False
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
@@ -743,6 +767,73 @@ def modes_at(model: FileModel, call: Call, text: str, depth: int = 0) -> frozens
     result = reach(call.order, len(loops) - 1)
     c.modes[key] = result
     return result
+
+
+def switched_to_training_for(model: FileModel, call: Call, text: str) -> bool:
+    """Whether module ``text`` is in training mode at ``call`` only because
+    an explicit ``text.train()`` put it there for sampling, with no training
+    after it: Monte-Carlo dropout (``net.train()``, then the net run several
+    times on one input under ``no_grad``).
+
+    True when that ``TRAIN`` event, in ``call``'s scope, is the only mode
+    that may reach ``call``, and from it to the module's next mode switch
+    (or the end of the innermost loop around it, or of the scope) no
+    backward or optimizer step runs, no same-file helper trains the module
+    and no unknown function is handed the module (it might train it). A
+    ``.train()`` at the top of an epoch that trains after the evaluation is
+    not such a switch, nor is one followed by a single evaluation or a pass
+    over data: the module must be sampled several times on one input
+    (:func:`_samples_one_input`)."""
+    if modes_at(model, call, text) != frozenset({TRAIN}):
+        return False
+    evs = events(model, call.scope, text)
+    before = [e for e in evs if e.order < call.order]
+    if not before or before[-1].kind != TRAIN:
+        return False
+    switch = before[-1]
+    loop = switch.call.loop
+    end = loop.end if loop is not None else call.scope.end
+    for e in evs:
+        if e.order <= switch.order or e.order > end:
+            continue
+        if e.kind in (TRAINED, HELPER_TRAIN):
+            return False
+        if e.order > call.order:
+            end = e.order  # the next switch: what follows is no longer this one's business
+            break
+    root = text.split(".")[0]
+    for c in model.calls_within(switch.order, end):
+        if _trains(model, c):
+            return False
+        if model.resolve_callee(c) or c.method in _MODULE_METHODS | _WRAPPERS or c.func_text == text:
+            continue
+        if any(dotted_name(a.value) in (text, root) for a in c.node.args):
+            return False  # handed to an unknown function (``train_epoch(model, loader)``)
+    return _samples_one_input(model, call, switch.order)
+
+
+_COMPREHENSIONS = (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)
+
+
+def _samples_one_input(model: FileModel, call: Call, after: int) -> bool:
+    """Whether ``call`` runs its module several times on one input: inside a
+    comprehension, or a loop entered after ``after``, that rebinds no name
+    its arguments read (``[net(x) for _ in range(T)]``; not ``for x in
+    loader: net(x)``, an evaluation pass over data)."""
+    read = set().union(*(names_in(a.value) for a in call.node.args))
+    for comp in walk(call.statement):
+        if isinstance(comp, _COMPREHENSIONS) and any(n is call.node for n in walk(comp)):
+            targets: set[str] = set()
+            clause: Optional[cst.CompFor] = comp.for_in
+            while clause is not None:
+                targets |= names_in(clause.target)
+                clause = clause.inner_for_in
+            return not read & targets
+    loop = call.loop
+    if loop is None or loop.order < after:
+        return False
+    rebound = {t.text for a in model.assigns_within(loop.order, loop.end) for t in a.targets if t.text}
+    return not read & rebound
 
 
 def _entry_modes(model: FileModel, scope: Scope, text: str, depth: int) -> frozenset[str]:

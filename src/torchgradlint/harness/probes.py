@@ -32,8 +32,10 @@ retained-graph     TGL101,      TGL102: >= 0.5 graphs/step kept by retain_graph=
                                 a high-water mark, still rising over the last interval)
 module-mode        TGL201       >= 1 dropout (p > 0, functional, module, attention or
                                 SDPA dropout_p) or batch-norm call in training mode while
-                                grad mode is off, outside update_bn and outside a model
-                                in eval mode (Monte-Carlo dropout)
+                                grad mode is off, outside update_bn, outside a model
+                                in eval mode, and outside Monte-Carlo sampling after an
+                                explicit train() (dropout only, one input >= 2 times,
+                                no backward while the switch holds)
 =================  ===========  ==========================================================
 """
 
@@ -954,9 +956,15 @@ class ModuleModeProbe(Probe):
     ``F.dropout(x, p, training=True)`` and SDPA with ``dropout_p > 0`` all count. A call
     counts when grad mode is off (no_grad / inference_mode) and dropout is active
     (``p > 0``, ``training=True``) or batch norm updates running statistics. Deliberate
-    uses are not counted: inside ``torch.optim.swa_utils.update_bn``, and when the
+    uses are not counted: inside ``torch.optim.swa_utils.update_bn``, when the
     outermost module being called is in eval mode (Monte-Carlo dropout: dropout
-    switched on explicitly in an eval-mode model).
+    switched on explicitly in an eval-mode model), and Monte-Carlo dropout by
+    ``model.train()``: dropout (not batch norm) in a module the program put in
+    training mode with an explicit ``train()``, run at one site on one input (same
+    storage and shape) at least twice while that switch holds, with no backward
+    while it holds (a ``train()`` at the top of an epoch that trains after an
+    evaluation is no such switch). Those calls are decided when the sample is
+    taken, once what followed the switch is known.
 
     Attribution: the user's call stack of the module call. Figure: such calls (count)
     in the run at N. Threshold: defect when >= 1.
@@ -965,13 +973,47 @@ class ModuleModeProbe(Probe):
     name = "module-mode"
     unit = "calls"
     threshold = (">= 1 dropout/batch-norm call in training mode while grad mode is off (not in update_bn, not in a "
-                 "model in eval mode)")
+                 "model in eval mode, not Monte-Carlo dropout sampling after an explicit train())")
 
     def __init__(self) -> None:
         super().__init__()
         self.sites: dict[str, dict] = {}
         self.deliberate = 0
         self._deliberate_codes = _deliberate_codes()
+        # module -> its explicit ``train()`` switch in force: {"trained": a backward ran since}
+        self._switches: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+        # (site, switch, input) -> dropout calls under an explicit switch, decided in sample()
+        self._sampling: dict[tuple, dict] = {}
+        self._last_args: Any = None  # the argument tuple of the latest such forward (a new tuple: a new forward)
+
+    def _install(self, stack: ExitStack) -> None:
+        """Wrap ``nn.Module.train`` (which ``eval()`` calls) to see the program's explicit
+        switches: the module it is called on, not the children it recurses into."""
+        original = torch.nn.Module.train
+        probe = self
+        depth = [0]
+
+        def train(self: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+            depth[0] += 1
+            try:
+                return original(self, mode)
+            finally:
+                depth[0] -= 1
+                if not depth[0]:
+                    probe._switched(self, bool(mode))
+
+        torch.nn.Module.train = train  # type: ignore[method-assign]
+        stack.callback(setattr, torch.nn.Module, "train", original)
+
+    def _switched(self, module: Any, mode: bool) -> None:
+        if mode:
+            self._switches[module] = {"trained": False}
+        else:
+            self._switches.pop(module, None)
+
+    def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
+        for switch in self._switches.values():
+            switch["trained"] = True
 
     def on_mode_op(self, kind: str, details: dict) -> None:
         if instrument.code_on_stack(self._deliberate_codes) is not None:
@@ -983,21 +1025,49 @@ class ModuleModeProbe(Probe):
             return
         # attributed to the user's call of the outermost module (the model call under no_grad)
         stack = [list(s) for s in instrument.user_stack(frame=outer[1].f_back if outer else None)]
-        rec = self.sites.setdefault(repr(stack), {"stack": stack, "calls": 0, "dropout_calls": 0, "norm_calls": 0,
-                                                  "running_stats_changed": 0,
-                                                  "modules": type(outer[0]).__name__ if outer else "functional"})
-        rec["calls"] += 1
+        module = type(outer[0]).__name__ if outer else "functional"
+        switch = self._switches.get(outer[0]) if outer is not None and kind != "batch_norm" else None
+        if switch is not None:
+            args = outer[1].f_locals.get("args")  # type: ignore[union-attr]
+            first = next((a for a in args or () if isinstance(a, torch.Tensor)), None)
+            if first is not None:
+                key = (repr(stack), id(switch), first.data_ptr(), tuple(first.shape))
+                group = self._sampling.setdefault(key, {"stack": stack, "switch": switch, "forwards": 0, "calls": 0,
+                                                        "modules": module})
+                if args is not self._last_args:
+                    group["forwards"] += 1
+                    self._last_args = args
+                group["calls"] += 1
+                return
+        self._count(stack, module, kind, details)
+
+    def _count(self, stack: list, module: str, kind: str, details: dict, calls: int = 1,
+               sites: Optional[dict] = None) -> None:
+        sites = self.sites if sites is None else sites
+        rec = sites.setdefault(repr(stack), {"stack": stack, "calls": 0, "dropout_calls": 0, "norm_calls": 0,
+                                             "running_stats_changed": 0, "modules": module})
+        rec["calls"] += calls
         if kind == "batch_norm":
-            rec["norm_calls"] += 1
+            rec["norm_calls"] += calls
             rec["running_stats_changed"] += int(details.get("running_stats_changed", False))
         else:
-            rec["dropout_calls"] += 1
+            rec["dropout_calls"] += calls
 
     def sample(self) -> dict:
-        """Per call site: train-mode calls under no_grad by kind, batch-norm updates; deliberate calls."""
-        sites = list(self.sites.values())
-        total = {k: sum(s[k] for s in sites) for k in ("calls", "dropout_calls", "norm_calls", "running_stats_changed")}
-        return {**total, "sites": sites, "deliberate_calls": self.deliberate}
+        """Per call site: train-mode calls under no_grad by kind, batch-norm updates; deliberate calls.
+        Dropout calls under an explicit ``train()`` are Monte-Carlo sampling (deliberate) when their
+        group ran >= 2 forwards on one input and no backward ran while the switch held."""
+        sites = {k: dict(v) for k, v in self.sites.items()}
+        deliberate = self.deliberate
+        for group in self._sampling.values():
+            if group["forwards"] >= 2 and not group["switch"]["trained"]:
+                deliberate += group["calls"]
+            else:
+                self._count(group["stack"], group["modules"], "dropout", {}, group["calls"], sites)
+        self._last_args = None
+        listed = list(sites.values())
+        total = {k: sum(s[k] for s in listed) for k in ("calls", "dropout_calls", "norm_calls", "running_stats_changed")}
+        return {**total, "sites": listed, "deliberate_calls": deliberate}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:

@@ -58,8 +58,10 @@ How each probe decides (figures with their units):
   count the bytes each saved view spans (a slice of a preallocated dataset counts the slice).
 - **module-mode** (TGL201, calls): dropout (`F.dropout` and variants, `nn.Dropout`, `nn.MultiheadAttention`,
   SDPA `dropout_p > 0`) or batch norm updating running statistics, in training mode, with grad mode off.
-  Not counted: inside `torch.optim.swa_utils.update_bn`, or when the outermost module called is in eval mode
-  (Monte-Carlo dropout). Defect: >= 1 call."""
+  Not counted: inside `torch.optim.swa_utils.update_bn`, when the outermost module called is in eval mode
+  (Monte-Carlo dropout), and dropout (not batch norm) in Monte-Carlo sampling after an explicit `train()`: the
+  module run at one site on one input at least twice while the switch holds, with no backward meanwhile.
+  Defect: >= 1 call."""
 DEVICE_LABELS = {"cpu": "CPU", "cuda": "CUDA"}
 
 

@@ -16,6 +16,8 @@ from ..analysis.modes import (
     modes_at,
     mode_sensitive_at,
     recalibrates_statistics,
+    statistics_free_at,
+    switched_to_training_for,
     trains_sensitive_module_at,
 )
 from ..analysis.steps import optimizer_step
@@ -57,7 +59,10 @@ block), when the block calls no module (EMA updates, `p.copy_(...)`), inside
 `torch.enable_grad()`, when the module is defined in the same file without
 dropout or batch-norm layers, and for deliberate batch-norm statistics passes
 (the call's output is discarded, or the function calls `reset_running_stats()`,
-as a hand-written `torch.optim.swa_utils.update_bn` does). Nor does it report a
+as a hand-written `torch.optim.swa_utils.update_bn` does), and for Monte-Carlo
+dropout: `model.train()` called for the sampling that follows it (no training
+after it before the next mode switch, the module handed to no unknown
+function) on a module whose visible layers hold no batch norm. Nor does it report a
 generator whose only mode-dependent layers are batch norm, sampled on random
 noise (`torch.randn(...)`, directly or through a name such as `fixed_noise`)
 inside the loop that trains it, the PyTorch DCGAN tutorial's progress images:
@@ -156,6 +161,8 @@ for epoch in range(epochs):
                 continue
             if recalibrates_statistics(model, call):
                 continue  # a hand-written update_bn pass: training mode on purpose
+            if switched_to_training_for(model, call, text) and statistics_free_at(model, call, text):
+                continue  # Monte-Carlo dropout: `.train()` chosen for this sampling, no statistics to spoil
             if _during_construction(model, call.scope):
                 continue  # a shape probe while the module is built: nothing trained to evaluate yet
             if feeds_backward(model, call) and _trained_in_loop(model, call, text):
