@@ -69,6 +69,16 @@ def test_help_lines_keep_line_numbers():
     assert joined.source.splitlines() == ["pass", "pass", "pass", "pass", "  pass", "x = a ? b"]
 
 
+def test_lines_that_continue_a_statement_are_python_not_magics():
+    # rasbt's and d2l-pytorch's notebooks: ``print('...'\n      % (epoch, loss))`` (a continuation
+    # line that starts with ``%``) was taken for a line magic and the cell reported as TGL000
+    cell = ("print('epoch %d'\n      % (epoch + 1))\nok = (a\n      != b)\ny = 1 + \\\n    2\n"
+            "s = \"\"\"\n%not a magic\n\"\"\"\nz = 'a(' # (\n%time w = 1\n!ls")
+    lines = join_cells([cell]).source.splitlines()
+    assert lines[:10] == cell.splitlines()[:10]
+    assert lines[10:] == ["pass", "pass"]
+
+
 def test_json_has_cell_field_and_full_shows_cell_line(tmp_path, capsys):
     write_nb(tmp_path / "nb.ipynb", notebook(SETUP, LOOP))
     _, out, _ = run(capsys, "nb.ipynb", "--output-format", "json")

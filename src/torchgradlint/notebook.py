@@ -83,14 +83,66 @@ def code_cells(nb: dict[str, Any]) -> list[str]:
 
 
 def _python_lines(cell: str) -> list[str]:
+    """The cell's lines with IPython syntax replaced (see the module docstring).
+    Only a line that starts a statement can be IPython syntax: a line inside
+    brackets, a triple-quoted string or after a backslash continues the one
+    before (``print('...'\n      % (epoch, loss))`` is Python's ``%``)."""
     lines = split_lines(cell)
     if lines and lines[0].lstrip().startswith("%%"):
         return [""] * len(lines)
     out = []
+    state = _Continuation()
     for line in lines:
-        m = _MAGIC_LINE.match(line) or _HELP_LINE.match(line)
-        out.append(f"{m.group(1)}pass" if m else line)
+        m = None if state.continues() else (_MAGIC_LINE.match(line) or _HELP_LINE.match(line))
+        if m:
+            out.append(f"{m.group(1)}pass")
+        else:
+            state.scan(line)
+            out.append(line)
     return out
+
+
+class _Continuation:
+    """Whether the next line continues a statement: open brackets, an open
+    triple-quoted string, or a trailing backslash, tracked line by line
+    (strings and comments skipped; a tokenizer is no use on cells that hold
+    IPython syntax)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote: Optional[str] = None  # the delimiter of an open triple-quoted string
+        self.backslash = False
+
+    def continues(self) -> bool:
+        return bool(self.depth or self.quote or self.backslash)
+
+    def scan(self, line: str) -> None:
+        text = line.rstrip("\r\n")
+        i, n = 0, len(text)
+        while i < n:
+            if self.quote:
+                end = text.find(self.quote, i)
+                if end < 0:
+                    break
+                i, self.quote = end + 3, None
+                continue
+            c = text[i]
+            if c == "#":
+                n = i
+                break
+            if c in "\"'":
+                if text.startswith(c * 3, i):
+                    self.quote, i = c * 3, i + 3
+                    continue
+                i += 1
+                while i < n and text[i] != c:
+                    i += 2 if text[i] == "\\" else 1
+            elif c in "([{":
+                self.depth += 1
+            elif c in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        self.backslash = not self.quote and text[:n].endswith("\\")
 
 
 @dataclass
