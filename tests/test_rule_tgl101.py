@@ -227,3 +227,40 @@ def test_a_loss_cut_from_the_backpropagated_value_keeps_its_activations():
     assert "every activation" not in found[15]
     found = {d.line: d.message for d in diags(DERIVED.format(combined="loss.detach() + aux.detach()"))}
     assert "every activation saved for backward" in found[15]
+
+
+HELPER_NAMED_LIKE_A_MODEL = """
+import torch
+from torch import nn
+
+
+def train_model(net, train_loader, val_loader, optimizer, loss_module):
+    val_scores = []
+    for epoch in range(10):
+        for imgs, labels in train_loader:
+            optimizer.zero_grad()
+            loss = loss_module(net(imgs), labels)
+            loss.backward()
+            optimizer.step()
+        val_acc = test_model(net, val_loader, loss_module)
+        val_scores.append(val_acc)
+
+
+def test_model(net, data_loader, loss_module):
+    net.eval()
+    true_preds, count = 0.0, 0
+    for imgs, labels in data_loader:
+        with torch.no_grad():
+            true_preds += (net(imgs).argmax(dim=-1) == labels).sum().item()
+            count += labels.shape[0]
+    {ret}
+"""
+
+
+def test_function_named_like_a_model_is_judged_by_what_it_returns():
+    # Lightning's UvA-DL tutorials: ``val_acc = test_model(net, val_loader)``, a float accuracy,
+    # was taken for the output of a module named ``test_model``
+    assert lines(HELPER_NAMED_LIKE_A_MODEL.format(ret="return true_preds / count")) == []
+    # the near miss: the same helper returning a loss with its graph is still reported
+    assert lines(HELPER_NAMED_LIKE_A_MODEL.format(
+        ret="return nn.functional.cross_entropy(net(imgs), labels)")) == [15]

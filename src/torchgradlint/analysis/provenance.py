@@ -237,7 +237,14 @@ def is_module_call(model: FileModel, node: cst.CSTNode) -> bool:
         return fn is not None and fn.class_name in modes.module_classes(model)
     last = text.rsplit(".", 1)[-1]
     head = text.split(".")[0]
-    return bool(modes.MODULE_NAME.match(last)) and (head == "self" or "." not in text)
+    if not (modes.MODULE_NAME.match(last) and (head == "self" or "." not in text)):
+        return False
+    # Named like a module, but a function the file defines or imports (``test_model(net, loader)``,
+    # ``build_model(cfg)``): its result is whatever it returns, not a forward's output.
+    fact = call_fact(model, node)
+    if fact is not None and any(s.kind == "function" for s in model.resolve_callee(fact)):
+        return False
+    return "." in text or text not in model.names.aliases
 
 
 def _reduction_scalar(node: Optional[cst.BaseExpression]) -> bool:
