@@ -264,3 +264,65 @@ def test_function_named_like_a_model_is_judged_by_what_it_returns():
     # the near miss: the same helper returning a loss with its graph is still reported
     assert lines(HELPER_NAMED_LIKE_A_MODEL.format(
         ret="return nn.functional.cross_entropy(net(imgs), labels)")) == [15]
+
+
+FROM_SCRATCH = """
+import torch
+
+
+class MultilayerPerceptron:
+    def __init__(self, num_features, num_classes):
+        self.weight = torch.zeros(num_classes, num_features).normal_(0.0, 0.1){grad}
+        self.bias = torch.zeros(num_classes)
+
+    def forward(self, x):
+        return torch.sigmoid(torch.mm(x, self.weight.t()) + self.bias)
+
+    def backward(self, x, a, y):
+        delta = 2.0 * (a - y) * a * (1.0 - a)
+        return torch.mm(delta.t(), x) / y.size(0), torch.sum(delta, dim=0) / y.size(0)
+
+
+def loss_func(targets, probas):
+    return torch.mean(torch.mean((targets - probas) ** 2, dim=0))
+
+
+def train(model, loader, learning_rate=0.1):
+    minibatch_cost = []
+    for features, targets in loader:
+        a = model.forward(features)
+        {update}
+        curr_cost = loss_func(targets, a)
+        minibatch_cost.append(curr_cost)
+    print(len(minibatch_cost))
+"""
+
+
+def test_from_scratch_model_with_a_hand_written_backward_keeps_no_graph():
+    # rasbt's STAT 453 notebooks: ``model.backward(x, a, y)`` is the course's own backward pass
+    # (plain tensors, no autograd), and ``loss_func`` a function of the file: nothing holds a graph
+    manual = ("dw, db = model.backward(features, a, targets)\n"
+              "        model.weight -= learning_rate * dw\n        model.bias -= learning_rate * db")
+    assert lines(FROM_SCRATCH.format(grad="", update=manual)) == []
+    # the near miss: the same function of the file on a module's output, with autograd, keeps every
+    # step's graph
+    autograd = ("loss_func(targets, a).backward()\n"
+                "        with torch.no_grad():\n            model.weight -= learning_rate * model.weight.grad")
+    module = FROM_SCRATCH.format(grad="", update=autograd).replace(
+        "a = model.forward(features)", "a = torch.sigmoid(net(features))").replace(
+        "import torch\n", "import torch\nfrom torch import nn\nnet = nn.Linear(4, 2)\n")
+    assert lines(module) == [32]
+
+
+def test_three_positional_arguments_to_tensor_backward_still_backpropagate():
+    # no hand-written ``backward(self, ...)`` in the file: ``loss.backward(g, True, False)`` is autograd's
+    assert lines("""
+    import torch
+    from torch import nn
+    model = nn.Linear(4, 1)
+    losses = []
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward(None, True, False)
+        losses.append(loss)
+    """) == [9]

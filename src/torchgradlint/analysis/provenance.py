@@ -865,7 +865,8 @@ class _Evaluator:
             return Provenance(State.ATTACHED)
         if qn and qn.startswith("torch.") and qn.rsplit(".", 1)[-1] in torch_api.FACTORIES and qn.count(".") == 1:
             return Provenance(State.ATTACHED) if _has_requires_grad_kw(node) else _CONST
-        if is_loss_call(m, node):
+        if is_loss_call(m, node) and (isinstance(func, cst.Call) or self.same_file_call(node, at, depth) is None):
+            # (a function the file defines, ``def loss(yhat, y)``, is judged by its body below, not its name)
             parts = self._taint(node, at, depth)
             inference = any(p.inference for p in parts)
             if mode is GradMode.ENABLED:

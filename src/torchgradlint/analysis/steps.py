@@ -78,12 +78,34 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
         return Backward(call, call.arg(0), accumulates=True)
     if call.method != "backward" or call.receiver is None:
         return None
+    if _hand_written_backward(model, call):
+        return None
     recv = call.receiver_text
     if recv is not None and _ENGINE_RECEIVER.search(recv) and call.arg(0) is not None:
         return Backward(call, call.arg(0, "loss"), accumulates=True)
     if recv is not None and model.names.qualify(recv) in ("torch", "torch.autograd", "torch.distributed.autograd"):
         return None
     return Backward(call, call.receiver, accumulates=True)
+
+
+def _hand_written_backward(model: FileModel, call: Call) -> bool:
+    """``model.backward(x, yhat, y)``: the backward pass of a from-scratch
+    model (a course's hand-written gradients), not ``Tensor.backward``. True
+    when the call passes three or more positional arguments (the third of
+    ``Tensor.backward(gradient, retain_graph, create_graph, inputs)`` would be
+    ``create_graph``, which nobody passes by position) and a class of the file
+    that is not an ``autograd.Function`` defines ``backward(self, ...)``
+    taking that many."""
+    positional = sum(1 for a in call.node.args if a.keyword is None and not a.star)
+    if positional < 3:
+        return False
+    arities = model.memo.get("hand_written_backward")
+    if arities is None:
+        arities = model.memo["hand_written_backward"] = [
+            len(info.methods["backward"].params) - 1 for info in model.classes.values()
+            if "backward" in info.methods and not any(b.endswith("Function") for b in info.bases)
+            and info.methods["backward"].params[:1] == ["self"]]
+    return any(n >= positional for n in arities)
 
 
 def optimizer_constructors(model: FileModel) -> dict[str, Assign]:
