@@ -617,3 +617,76 @@ for epoch in range(3):
     with torch.no_grad():
         val = model(x_val)
 """) == [7]
+
+
+D2L_TRAIN = """
+import torch
+from torch import nn
+
+
+class MaskedSoftmaxCELoss(nn.CrossEntropyLoss):
+    def forward(self, pred, label, valid_length):
+        return super().forward(pred, label)
+
+
+def evaluate_loss(net, data_iter, loss):
+    total = 0.0
+    for X, y in data_iter:
+        total += loss(net(X), y).sum().item()
+    return total
+
+
+def train_ch7(model, data_iter, lr):
+    loss = MaskedSoftmaxCELoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for X, y in data_iter:
+        optimizer.zero_grad()
+        loss(model(X), y, None).backward()
+        optimizer.step()
+
+
+def train_ch10(data_iter, w, b):
+    net, loss = {net}, nn.MSELoss()
+    optimizer = torch.optim.SGD([w, b], lr=0.1)
+    for X, y in data_iter:
+        optimizer.zero_grad()
+        loss(net(X), y).backward()
+        optimizer.step()
+        print(evaluate_loss(net, data_iter, loss))
+"""
+
+
+def test_an_evaluation_helper_of_a_lambda_and_a_loss_class_evaluates_no_module():
+    # d2l-pytorch's d2l/train.py: a same-file loss class is no model to evaluate, and the only caller
+    # passes ``net = lambda X: linreg(X, w, b)``
+    assert lines(D2L_TRAIN.format(net="lambda X: torch.mm(X, w) + b"), header=False) == []
+    # the near miss: the caller passes a trained module with dropout
+    assert lines(D2L_TRAIN.format(net="nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))"), header=False) == [13]
+
+
+def test_a_model_written_as_a_function_is_no_module():
+    # d2l-pytorch's softmax regression from scratch: ``def net(X)`` evaluated after training by SGD
+    source = """
+    import torch
+    W = torch.normal(0, 0.01, size=(784, 10), requires_grad=True)
+    b = torch.zeros(10, requires_grad=True)
+
+    def net(X):
+        return torch.softmax(torch.matmul(X.reshape((-1, 784)), W) + b, dim=1)
+
+    def evaluate_accuracy(data_iter, net):
+        acc = 0.0
+        for X, y in data_iter:
+            acc += (net(X).argmax(dim=1) == y).sum().item()
+        return acc
+
+    def train_ch3(net, train_iter, test_iter, loss, params, lr):
+        for epoch in range(5):
+            for X, y in train_iter:
+                loss(net(X), y).sum().backward()
+                sgd(params, lr)
+            print(evaluate_accuracy(test_iter, net))
+
+    train_ch3(net, train_iter, test_iter, cross_entropy, [W, b], 0.1)
+    """
+    assert lines(source, header=False) == []

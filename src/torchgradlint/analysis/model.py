@@ -646,3 +646,22 @@ def argument_for(call: "Call", callee: Scope, param: str) -> Optional[cst.BaseEx
         if a.keyword is not None and a.keyword.value == param:
             return a.value
     return None
+
+
+def target_element(binding: "Assign", text: str) -> Optional[int]:
+    """The position of ``text`` in the tuple a binding unpacks into
+    (``a, b = ...`` -> ``b`` is 1); ``None`` for starred or nested targets."""
+    node = binding.node
+    target: Optional[cst.BaseExpression] = None
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target = node.targets[0].target
+    elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)):
+        target = node.target
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    for i, el in enumerate(target.elements):
+        if isinstance(el, cst.StarredElement):
+            return None
+        if dotted_name(el.value) == text:
+            return i
+    return None

@@ -139,6 +139,18 @@ def module_classes(model: FileModel) -> frozenset[str]:
     return c.classes
 
 
+def _loss_class(model: FileModel, name: str, depth: int = 0) -> bool:
+    """Whether the same-file class ``name`` is a loss (``class
+    MaskedSoftmaxCELoss(nn.CrossEntropyLoss)``): named ``...Loss`` or derived
+    from one. A loss is a module with no mode-dependent forward, so it is no
+    model to evaluate (as ``nn.*Loss`` constructors are not)."""
+    info = model.classes.get(name)
+    if name.endswith("Loss") or info is None or depth > 5:
+        return name.endswith("Loss")
+    return any(b.rsplit(".", 1)[-1].endswith("Loss") or _loss_class(model, b.rsplit(".", 1)[-1], depth + 1)
+               for b in info.bases if b.rsplit(".", 1)[-1] != name)
+
+
 def unwrap(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
     """``Net().to(device).train()`` -> ``Net()``: strip mode/device/dtype calls."""
     while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -157,7 +169,7 @@ def constructor_kind(model: FileModel, node: Optional[cst.BaseExpression]) -> Op
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn.") and last[:1].isupper() and last not in _NOT_MODULES and not last.endswith("Loss"):
         return "nn"
-    if "." not in qn and last in module_classes(model):
+    if "." not in qn and last in module_classes(model) and not _loss_class(model, last):
         return "class"
     if qn.startswith(("torchvision.models.", "timm.create_model")):
         return "zoo"
@@ -388,7 +400,11 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
     what every binding of that name in the file builds (:func:`_bound_values`);
     anything else that is not a call is unknown, so sensitive."""
     node = unwrap(node)
+    if isinstance(node, cst.Lambda):
+        return False  # a function, not a module
     if isinstance(node, cst.Name):
+        if node.value in _defined_functions(model):
+            return False
         values = _bound_values(model, node.value, seen)
         return values is None or any(_expr_sensitive(model, v, seen | {node.value}) for v in values)
     if not isinstance(node, cst.Call):
@@ -467,10 +483,11 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
     return c.sensitive[text]
 
 
-def _bindings_sensitive(model: FileModel, text: str, bindings: list) -> Optional[bool]:
+def _bindings_sensitive(model: FileModel, text: str, bindings: list, functions: bool = False) -> Optional[bool]:
     """:func:`mode_sensitive` over the given bindings of ``text``: ``None``
-    when none of them constructs a module (no evidence either way)."""
-    built = _built_values(model, text, bindings)
+    when none of them constructs a module (no evidence either way);
+    ``functions``: see :func:`_built_values`."""
+    built = _built_values(model, text, bindings, functions)
     if not built:
         return None
     return any(_expr_sensitive(model, value) for value in built)
@@ -513,16 +530,22 @@ def _constructions_free_of(model: FileModel, call: Call, text: str, pattern: "re
         for v in ctors)
 
 
-def _built_values(model: FileModel, text: str, bindings: list) -> list:
+def _built_values(model: FileModel, text: str, bindings: list, functions: bool = False) -> list:
     """The values (unwrapped) of ``bindings`` that build a new object for
     ``text``: not ``model, opt = accelerator.prepare(model, opt)`` (an
     unpacking), ``model = model.to(device)``, ``model = accelerator.prepare(model)``
-    (the same module, wrapped) or a pass-through wrapper (``torch.compile``)."""
+    (the same module, wrapped) or a pass-through wrapper (``torch.compile``).
+    With ``functions`` (the bindings that reach one call, not every binding
+    of the name in the file), a lambda counts too (``net, loss = lambda X:
+    linreg(X, w, b), squared_loss``: no module there, whatever ``net`` holds
+    in other functions)."""
     out = []
     for a in bindings:
         if a.kind not in ("assign", "annassign") or a.unpacked:
             continue
         value = unwrap(a.value)
+        if isinstance(value, cst.Lambda) and not functions:
+            continue
         if isinstance(value, (cst.Name, cst.Attribute)) or _rewraps_itself(value, text) \
                 or (isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH):
             continue
@@ -966,10 +989,18 @@ def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
     if is_module(model, text):
         return True
     if MODULE_NAME.match(text.rsplit(".", 1)[-1]) and ("." not in text or text.startswith("self.")) \
-            and not model.bindings_of(text, model.module_scope) and _trained_anywhere(model, text):
+            and not model.bindings_of(text, model.module_scope) and text not in _defined_functions(model) \
+            and _trained_anywhere(model, text):
         return True  # ``model`` / ``self.net`` that a training step in this file runs
     fn = model.enclosing_function(call.scope)
     return fn is not None and any(is_module(model, o) for o in _caller_names(model, fn, text))
+
+
+def _defined_functions(model: FileModel) -> frozenset[str]:
+    """Names the file's top level binds with ``def`` (``def net(X)``: a
+    from-scratch model is a function, not a module, whatever its name)."""
+    return model.cached("defined_functions", lambda: frozenset(
+        s.name for s in model.scopes if s.kind == "function" and s.parent is model.module_scope))
 
 
 def _trained_anywhere(model: FileModel, text: str) -> bool:
@@ -979,10 +1010,19 @@ def _trained_anywhere(model: FileModel, text: str) -> bool:
                for e in events(model, s, text))
 
 
-def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
+def mode_sensitive_at(model: FileModel, call: Call, text: str, depth: int = 0) -> bool:
     """:func:`mode_sensitive` for ``text`` where ``call`` runs, looking
-    through a parameter to the modules its same-file callers pass."""
+    through a parameter to the modules its same-file callers pass (what
+    reaches each call site decides: ``evaluate_loss(net, ...)`` from a
+    function where ``net`` is a lambda passes no module)."""
     fn = model.enclosing_function(call.scope)
+    root = text.split(".")[0]
+    if fn is not None and depth < _MAX_DEPTH and root in fn.params \
+            and all(b.kind == "param" for b in model.bindings_of(root, call.scope)):
+        sites = model.callers_of(fn)
+        pairs = [(site, o) for site in sites if (o := map_out(model, site, fn, text))]
+        if pairs and len(pairs) == len(sites):
+            return any(mode_sensitive_at(model, site, o, depth + 1) for site, o in pairs)
     outer = _caller_names(model, fn, text) if fn is not None else set()
     has_ctor = any(a.kind in ("assign", "annassign") and a.binds(text) for a in model.assigns)
     if outer and not has_ctor:
@@ -990,7 +1030,7 @@ def mode_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
     # The constructions that may reach this call in its own scope decide (a
     # notebook's later cell rebinding ``model`` does not change earlier cells);
     # without one there, every construction of the name in the file.
-    here = _bindings_sensitive(model, text, model.reaching_bindings(text, call))
+    here = _bindings_sensitive(model, text, model.reaching_bindings(text, call), functions=True)
     return mode_sensitive(model, text) if here is None else here
 
 

@@ -39,7 +39,7 @@ from typing import Optional
 import libcst as cst
 
 from . import modes, torch_api
-from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, call_params, names_in
+from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, call_params, names_in, target_element
 from .tree import iter_children, node_types, walk
 from .names import dotted_name
 from .steps import backward_call
@@ -390,25 +390,6 @@ def reaching_binding(model: FileModel, text: str, at: _Located) -> Optional[Assi
     return model.reaching_binding(text, at)
 
 
-def _target_element(binding: Assign, text: str) -> Optional[int]:
-    """The position of ``text`` in the tuple a binding unpacks into
-    (``a, b = ...`` -> ``b`` is 1); ``None`` for starred or nested targets."""
-    node = binding.node
-    target: Optional[cst.BaseExpression] = None
-    if isinstance(node, cst.Assign) and len(node.targets) == 1:
-        target = node.targets[0].target
-    elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)):
-        target = node.target
-    if not isinstance(target, (cst.Tuple, cst.List)):
-        return None
-    for i, el in enumerate(target.elements):
-        if isinstance(el, cst.StarredElement):
-            return None
-        if dotted_name(el.value) == text:
-            return i
-    return None
-
-
 def _backward_roots(target: Optional[cst.BaseExpression]) -> list[cst.BaseExpression]:
     """The named values a backward target backpropagates directly:
     ``loss`` for ``loss``, ``scaler.scale(loss)``, ``loss / k``, ``loss * k``."""
@@ -566,7 +547,7 @@ class _Evaluator:
 
     def element(self, b: Assign, text: str, depth: int) -> Provenance:
         """The value ``text`` takes from an unpacking binding ``a, b = value``."""
-        index = _target_element(b, text)
+        index = target_element(b, text)
         value = b.value
         if index is None or value is None:
             return _UNKNOWN
