@@ -690,3 +690,30 @@ def test_a_model_written_as_a_function_is_no_module():
     train_ch3(net, train_iter, test_iter, cross_entropy, [W, b], 0.1)
     """
     assert lines(source, header=False) == []
+
+
+def test_layer_names_in_comments_and_docstrings_are_no_layers():
+    # Lightning's UvA-DL GNN tutorial: a GAT layer whose comment links the "Transformers_and_MHAttention"
+    # tutorial (LeakyReLU and softmax only) was taken for an attention layer with dropout
+    source = """
+    import torch
+    from torch import nn
+
+    class GATLayer(nn.Module):
+        \"\"\"Unlike a Transformer's MultiheadAttention, no Dropout here.\"\"\"
+
+        def __init__(self, c_in, c_out):
+            super().__init__()
+            # see the Transformers_and_MHAttention tutorial
+            self.projection = nn.Linear(c_in, c_out){extra}
+            self.leakyrelu = nn.LeakyReLU(0.2)
+
+        def forward(self, x):
+            return torch.softmax(self.leakyrelu(self.projection(x)), dim=-1)
+
+    layer = GATLayer(2, 2)
+    with torch.no_grad():
+        out = layer(x)
+    """
+    assert lines(source.format(extra=""), header=False) == []
+    assert lines(source.format(extra="\n            self.drop = nn.Dropout(0.1)"), header=False) == [20]

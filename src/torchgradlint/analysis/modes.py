@@ -71,6 +71,9 @@ MODULE_NAME = re.compile(
 # Source tokens that make a class's forward depend on ``training``.
 _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RReLU|\bdropout|batch_norm|"
                           r"\.training\b|track_running_stats")
+# Comments and triple-quoted strings (docstrings): "see the Transformers tutorial" is no layer.
+# (Other strings stay: ``getattr(nn, "Dropout")``, ``norm="batch_norm"`` may build one.)
+_PROSE = re.compile(r'""".*?"""|\'\'\'.*?\'\'\'|#[^\n]*', re.S)
 # ``dropout=0`` / ``p=0.0`` keyword arguments: the layer never drops anything.
 _ZERO_DROPOUT = re.compile(r"\b(dropout|p|drop_rate|attn_drop|proj_drop|dropout_p)\s*=\s*0(\.0*)?\b")
 # Libraries of plain numerics and utilities (and RL environments: spaces and
@@ -363,11 +366,12 @@ def class_sensitive(model: FileModel, name: str) -> bool:
 def code_sensitive(model: FileModel, code: str, name: str, seen: set[str]) -> bool:
     """Whether the source ``code`` of the definition ``name`` (a class body,
     or a function of the project that builds layers) may make a forward
-    depend on training mode: a dropout/batch-norm/``.training`` token, a
-    same-file module class that may, or a name imported from outside torch
+    depend on training mode: a dropout/batch-norm/``.training`` token
+    (outside comments and docstrings), a same-file module class that may, or a name imported from outside torch
     and the standard/numeric libraries that the project index (when the
     file has one) cannot show to be mode-free (a torchvision/timm backbone).
     ``seen``: classes already visited (cycles count as mode-free)."""
+    code = _PROSE.sub("", code)
     if _MODE_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
         return True
     project = model.project
@@ -557,6 +561,7 @@ def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen:
     """Whether ``code`` (and the same-file classes it names) spells nothing
     ``pattern`` matches (a zero dropout rate aside) and names no layer from
     outside torch and the standard/numeric libraries (not visible)."""
+    code = _PROSE.sub("", code)
     if pattern.search(_ZERO_DROPOUT.sub("", code)):
         return False
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
