@@ -79,6 +79,12 @@ def test_lines_that_continue_a_statement_are_python_not_magics():
     assert lines[10:] == ["pass", "pass"]
 
 
+def test_a_shell_escape_continued_by_a_backslash_is_one_escape():
+    # jeffheaton's t81_558 notebooks: ``!python detect.py --weights yolov5s.pt \`` then ``  --conf 0.25``
+    cell = "!python detect.py --weights w.pt \\\n  --conf 0.25 \\\n  --source img/\nx = 1\n%time y = 2"
+    assert join_cells([cell]).source.splitlines() == ["pass", "", "", "x = 1", "pass"]
+
+
 def test_json_has_cell_field_and_full_shows_cell_line(tmp_path, capsys):
     write_nb(tmp_path / "nb.ipynb", notebook(SETUP, LOOP))
     _, out, _ = run(capsys, "nb.ipynb", "--output-format", "json")

@@ -86,19 +86,27 @@ def _python_lines(cell: str) -> list[str]:
     """The cell's lines with IPython syntax replaced (see the module docstring).
     Only a line that starts a statement can be IPython syntax: a line inside
     brackets, a triple-quoted string or after a backslash continues the one
-    before (``print('...'\n      % (epoch, loss))`` is Python's ``%``)."""
+    before (``print('...'\n      % (epoch, loss))`` is Python's ``%``). A
+    shell escape or magic ending in a backslash continues on the next line
+    (``!python detect.py \\`` then ``  --conf 0.25``), which becomes blank."""
     lines = split_lines(cell)
     if lines and lines[0].lstrip().startswith("%%"):
         return [""] * len(lines)
     out = []
     state = _Continuation()
+    magic = False  # the previous line was IPython syntax ending in a backslash: this one continues it
     for line in lines:
-        m = None if state.continues() else (_MAGIC_LINE.match(line) or _HELP_LINE.match(line))
-        if m:
-            out.append(f"{m.group(1)}pass")
+        if magic:
+            out.append("")
         else:
-            state.scan(line)
-            out.append(line)
+            m = None if state.continues() else (_MAGIC_LINE.match(line) or _HELP_LINE.match(line))
+            if m:
+                out.append(f"{m.group(1)}pass")
+            else:
+                state.scan(line)
+                out.append(line)
+                continue
+        magic = line.rstrip("\r\n").endswith("\\")
     return out
 
 
