@@ -717,3 +717,45 @@ def test_layer_names_in_comments_and_docstrings_are_no_layers():
     """
     assert lines(source.format(extra=""), header=False) == []
     assert lines(source.format(extra="\n            self.drop = nn.Dropout(0.1)"), header=False) == [20]
+
+
+HOUSE_PRICES = """
+import torch
+from torch import nn
+
+loss = nn.MSELoss()
+
+
+def get_net(feature_num):
+    net = {layers}
+    for param in net.parameters():
+        nn.init.normal_(param, mean=0, std=0.01)
+    return net
+
+
+def log_rmse(net, features, labels):
+    with torch.no_grad():
+        preds = torch.max(net(features), torch.tensor(1.0))
+        return torch.sqrt(loss(preds.log(), labels.log())).item()
+
+
+def train(net, train_iter, features, labels):
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.1)
+    net = net.float()
+    for X, y in train_iter:
+        optimizer.zero_grad()
+        loss(net(X), y).backward()
+        optimizer.step()
+        print(log_rmse(net, features, labels))
+
+
+net = get_net(10)
+train(net, train_iter, features, labels)
+"""
+
+
+def test_a_module_from_a_factory_function_of_the_file_counts_by_what_it_returns():
+    # Dive-into-DL-PyTorch's Kaggle house prices: ``get_net`` returns an ``nn.Linear``
+    assert lines(HOUSE_PRICES.format(layers="nn.Linear(feature_num, 1)"), header=False) == []
+    assert lines(HOUSE_PRICES.format(layers="nn.Sequential(nn.Linear(feature_num, 8), nn.Dropout(0.5))"),
+                 header=False) == [17]

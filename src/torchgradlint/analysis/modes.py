@@ -419,6 +419,9 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         classes = _bound_values(model, qn, seen)
         if classes is not None:
             return any(_expr_sensitive(model, node.with_changes(func=c), seen | {qn}) for c in classes)
+        built = _factory_returns_sensitive(model, qn, seen)
+        if built is not None:
+            return built
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn."):
         if MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
@@ -446,6 +449,31 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                    for a in node.args)
     return _outside(model, qn) is not False  # a class of the project: the index may know it
+
+
+def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str]) -> Optional[bool]:
+    """For a call of the file's top-level function ``name`` (``get_net(n)``
+    whose body builds ``net = nn.Linear(n, 1)`` and returns it): whether
+    what it returns may depend on the mode, judged on every ``return``
+    (a returned name by its bindings that reach the ``return``); ``None``
+    when ``name`` is no such function or a ``return`` gives nothing."""
+    if name in seen:
+        return None
+    fns = [sc for sc in model.scopes if sc.kind == "function" and sc.name == name
+           and sc.parent is model.module_scope]
+    returns = [r for fn in fns for r in model.returns_of(fn)]
+    if not returns or any(r.value is None for r in returns):
+        return None
+    inner = seen | {name}
+    for r in returns:
+        value = unwrap(r.value)
+        if isinstance(value, cst.Name):
+            found = _bindings_sensitive(model, value.value, model.reaching_bindings(value.value, r), seen=inner)
+            if found is not False:
+                return True
+        elif _expr_sensitive(model, value, inner):
+            return True
+    return False
 
 
 def _bound_values(model: FileModel, name: str, seen: frozenset[str]) -> Optional[list]:
@@ -487,14 +515,16 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
     return c.sensitive[text]
 
 
-def _bindings_sensitive(model: FileModel, text: str, bindings: list, functions: bool = False) -> Optional[bool]:
+def _bindings_sensitive(model: FileModel, text: str, bindings: list, functions: bool = False,
+                        seen: frozenset[str] = frozenset()) -> Optional[bool]:
     """:func:`mode_sensitive` over the given bindings of ``text``: ``None``
     when none of them constructs a module (no evidence either way);
-    ``functions``: see :func:`_built_values`."""
+    ``functions``: see :func:`_built_values`; ``seen``: the functions and
+    variables being resolved (see :func:`_expr_sensitive`)."""
     built = _built_values(model, text, bindings, functions)
     if not built:
         return None
-    return any(_expr_sensitive(model, value) for value in built)
+    return any(_expr_sensitive(model, value, seen) for value in built)
 
 
 # Layers whose output is random, or depends on the mode otherwise than batch norm's statistics.
