@@ -759,3 +759,27 @@ def test_a_module_from_a_factory_function_of_the_file_counts_by_what_it_returns(
     assert lines(HOUSE_PRICES.format(layers="nn.Linear(feature_num, 1)"), header=False) == []
     assert lines(HOUSE_PRICES.format(layers="nn.Sequential(nn.Linear(feature_num, 8), nn.Dropout(0.5))"),
                  header=False) == [17]
+
+
+def test_a_switch_back_to_training_in_an_early_exit_does_not_wrap_around():
+    # pixel2style2pixel's Coach.validate: ``self.net.train(); return None`` after a few sanity batches
+    source = """
+    import torch
+    from torch import nn
+
+    class Coach:
+        def __init__(self):
+            self.net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+
+        def validate(self):
+            self.net.eval()
+            for batch_idx, batch in enumerate(self.test_dataloader):
+                with torch.no_grad():
+                    y_hat = self.net(batch)
+                if self.global_step == 0 and batch_idx >= 4:
+                    self.net.train()
+                    return None
+            self.net.train()
+    """
+    assert lines(source, header=False) == []
+    assert lines(source.replace("                    return None\n", ""), header=False) == [13]

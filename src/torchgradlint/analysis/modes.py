@@ -818,7 +818,7 @@ def modes_at(model: FileModel, call: Call, text: str, depth: int = 0) -> frozens
             return _entry_modes(model, call.scope, text, depth)
         loop = loops[idx]
         child_end = call.order if idx == len(loops) - 1 else loops[idx + 1].end
-        tail = [e for e in evs if child_end < e.order <= loop.end]
+        tail = [e for e in evs if child_end < e.order <= loop.end and not _leaves_loop_after(e.call)]
         entry = reach(loop.order, idx - 1)
         return entry | {tail[-1].kind} if tail else entry
 
@@ -892,6 +892,32 @@ def _samples_one_input(model: FileModel, call: Call, after: int) -> bool:
         return False
     rebound = {t.text for a in model.assigns_within(loop.order, loop.end) for t in a.targets if t.text}
     return not read & rebound
+
+
+_EXITS = (cst.Return, cst.Raise, cst.Break)
+
+
+def _leaves_loop_after(call: Call) -> bool:
+    """Whether the block holding ``call`` ends the iteration after it for
+    good: a later statement of that block is a ``return``, ``raise`` or
+    ``break`` (``self.net.train(); return None`` in an early exit of a
+    validation loop: that switch never precedes the next iteration)."""
+    if not call.blocks:
+        return False
+    body = getattr(call.blocks[-1], "body", None)
+    if not isinstance(body, (list, tuple)):
+        return False
+    after = False
+    for stmt in body:
+        smalls = list(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
+        if not after and any(small is call.statement for small in smalls):
+            after = True
+            smalls = smalls[[i for i, small in enumerate(smalls) if small is call.statement][0] + 1:]
+        elif not after:
+            continue
+        if any(isinstance(small, _EXITS) for small in smalls):
+            return True
+    return False
 
 
 def _entry_modes(model: FileModel, scope: Scope, text: str, depth: int) -> frozenset[str]:
