@@ -367,9 +367,10 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str]) -> bo
     """Whether the source ``code`` of the definition ``name`` (a class body,
     or a function of the project that builds layers) may make a forward
     depend on training mode: a dropout/batch-norm/``.training`` token
-    (outside comments and docstrings), a same-file module class that may, or a name imported from outside torch
-    and the standard/numeric libraries that the project index (when the
-    file has one) cannot show to be mode-free (a torchvision/timm backbone).
+    (outside comments and docstrings), a same-file module class that may,
+    or a name imported from outside torch and the standard/numeric
+    libraries that the project index (when the file has one) cannot show to
+    be mode-free (a torchvision/timm backbone).
     ``seen``: classes already visited (cycles count as mode-free)."""
     code = _PROSE.sub("", code)
     if _MODE_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
@@ -459,9 +460,10 @@ def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str]
     when ``name`` is no such function or a ``return`` gives nothing."""
     if name in seen:
         return None
-    fns = [sc for sc in model.scopes if sc.kind == "function" and sc.name == name
-           and sc.parent is model.module_scope]
-    returns = [r for fn in fns for r in model.returns_of(fn)]
+    if name not in _defined_functions(model):
+        return None
+    returns = [r for sc in model.scopes if sc.kind == "function" and sc.name == name
+               and sc.parent is model.module_scope for r in model.returns_of(sc)]
     if not returns or any(r.value is None for r in returns):
         return None
     inner = seen | {name}

@@ -1066,7 +1066,8 @@ class ModuleModeProbe(Probe):
                 self._count(group["stack"], group["modules"], "dropout", {}, group["calls"], sites)
         self._last_args = None
         listed = list(sites.values())
-        total = {k: sum(s[k] for s in listed) for k in ("calls", "dropout_calls", "norm_calls", "running_stats_changed")}
+        keys = ("calls", "dropout_calls", "norm_calls", "running_stats_changed")
+        total = {k: sum(s[k] for s in listed) for k in keys}
         return {**total, "sites": listed, "deliberate_calls": deliberate}
 
     @classmethod
