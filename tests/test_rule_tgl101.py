@@ -326,3 +326,45 @@ def test_three_positional_arguments_to_tensor_backward_still_backpropagate():
         loss.backward(None, True, False)
         losses.append(loss)
     """) == [9]
+
+
+def test_an_instance_of_a_class_with_a_hand_written_backward_is_no_tensor():
+    # dataflowr's backprop notebooks: ``My_add_bias.backward(grad)``, ``net.backward()`` are the course's own
+    # layers (what reaches the call decides: the notebook later rebinds ``net`` to an ``nn.Sequential``)
+    source = """
+    import torch
+    from torch import nn
+
+
+    class add_bias:
+        def __init__(self, b):
+            self.b = b
+
+        def forward(self, x):
+            return x + self.b
+
+        def backward(self, grad):
+            self.grad = grad
+            return grad
+
+        def step(self, learning_rate):
+            self.b -= learning_rate * self.grad
+
+
+    layer = add_bias(torch.zeros(1))
+    estimated_b = []
+    for j in range(100):
+        z_pred = layer.forward(xx[j])
+        layer.backward(2 * (z_pred - zz[j]))
+        layer.step(1e-2)
+        estimated_b.append(layer.b)
+
+    layer = nn.Linear(4, 1)  # a later cell rebinds the name to a torch layer
+    model = nn.Linear(4, 1)
+    losses = []
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        losses.append(loss)
+    """
+    assert lines(source) == [35]

@@ -90,22 +90,48 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
 
 def _hand_written_backward(model: FileModel, call: Call) -> bool:
     """``model.backward(x, yhat, y)``: the backward pass of a from-scratch
-    model (a course's hand-written gradients), not ``Tensor.backward``. True
-    when the call passes three or more positional arguments (the third of
-    ``Tensor.backward(gradient, retain_graph, create_graph, inputs)`` would be
-    ``create_graph``, which nobody passes by position) and a class of the file
-    that is not an ``autograd.Function`` defines ``backward(self, ...)``
-    taking that many."""
-    positional = sum(1 for a in call.node.args if a.keyword is None and not a.star)
-    if positional < 3:
-        return False
-    arities = model.memo.get("hand_written_backward")
-    if arities is None:
-        arities = model.memo["hand_written_backward"] = [
-            len(info.methods["backward"].params) - 1 for info in model.classes.values()
+    model (a course's hand-written gradients), not ``Tensor.backward``. A
+    class of the file that is not an ``autograd.Function`` must define
+    ``backward(self, ...)``, and either the receiver is a name every binding
+    of which that reaches the call (else in the file) constructs such a
+    class (``my_fit = my_composition([...])`` ...
+    ``my_fit.backward()``), or the call passes three or more positional
+    arguments that method takes (the third of ``Tensor.backward(gradient,
+    retain_graph, create_graph, inputs)`` would be ``create_graph``, which
+    nobody passes by position)."""
+    classes = model.memo.get("hand_written_backward")
+    if classes is None:
+        classes = model.memo["hand_written_backward"] = {
+            name: len(info.methods["backward"].params) - 1 for name, info in model.classes.items()
             if "backward" in info.methods and not any(b.endswith("Function") for b in info.bases)
-            and info.methods["backward"].params[:1] == ["self"]]
-    return any(n >= positional for n in arities)
+            and info.methods["backward"].params[:1] == ["self"]
+            and not _delegates_to_autograd(model, info.methods["backward"])}
+    if not classes:
+        return False
+    recv = call.receiver_text
+    if recv and "." not in recv:
+        # the bindings that reach the call (a notebook may rebind ``net`` to a torch model later)
+        bindings = model.reaching_bindings(recv, call) or [a for a in model.assigns if a.binds(recv)]
+        if bindings and all(a.kind in ("assign", "annassign") and not a.unpacked and isinstance(a.value, cst.Call)
+                            and dotted_name(a.value.func) in classes for a in bindings):
+            return True  # ``layer = add_bias(1)`` ... ``layer.backward(grad)``: an instance of such a class
+    positional = sum(1 for a in call.node.args if a.keyword is None and not a.star)
+    return positional >= 3 and any(n >= positional for n in classes.values())
+
+
+def _delegates_to_autograd(model: FileModel, method: Scope) -> bool:
+    """Whether a ``backward(self, loss)`` method hands its argument to
+    autograd (``loss.backward()``, ``self.scaler.scale(loss).backward()``,
+    ``torch.autograd.backward(loss)``): a wrapper such as an accelerate-style
+    ``Accelerator``, not hand-written gradients (``layer.backward(grad)`` on
+    the layers it holds is hand-written)."""
+    params = set(method.params[1:])
+    for c in model.calls_in_scope(method):
+        if (c.qualname or "").startswith("torch.autograd."):
+            return True
+        if c.method in ("backward", "manual_backward") and names_in(c.node) & params:
+            return True
+    return False
 
 
 def optimizer_constructors(model: FileModel) -> dict[str, Assign]:
