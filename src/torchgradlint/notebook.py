@@ -96,17 +96,13 @@ def _python_lines(cell: str) -> list[str]:
     state = _Continuation()
     magic = False  # the previous line was IPython syntax ending in a backslash: this one continues it
     for line in lines:
-        if magic:
-            out.append("")
+        m = None if magic or state.continues() else (_MAGIC_LINE.match(line) or _HELP_LINE.match(line))
+        if magic or m:
+            out.append(f"{m.group(1)}pass" if m else "")
+            magic = line.rstrip("\r\n").endswith("\\")
         else:
-            m = None if state.continues() else (_MAGIC_LINE.match(line) or _HELP_LINE.match(line))
-            if m:
-                out.append(f"{m.group(1)}pass")
-            else:
-                state.scan(line)
-                out.append(line)
-                continue
-        magic = line.rstrip("\r\n").endswith("\\")
+            state.scan(line)
+            out.append(line)
     return out
 
 

@@ -683,10 +683,22 @@ def _forwards_uncached(model: FileModel, scope: Scope, text: str, depth: int) ->
                 inner = map_into(model, c, callee, text)
                 if callee is not scope and inner and _forwards(model, callee, inner, depth + 1):
                     return True
-            if not callees and c.method not in _MODULE_METHODS | _WRAPPERS and model.grad_mode(c) is not \
-                    GradMode.DISABLED and any(dotted_name(a.value) == text for a in c.node.args):
+            if model.grad_mode(c) is not GradMode.DISABLED and _handed_to_unknown(model, c, (text,), callees):
                 return True  # handed to an unknown function (``compute_loss(policy, batch)``) that runs it
     return False
+
+
+def _handed_to_unknown(model: FileModel, call: Call, names: tuple[str, ...],
+                       callees: Optional[list[Scope]] = None) -> bool:
+    """Whether ``call`` passes one of ``names`` (a module) to a function the
+    file does not define (``compute_loss(policy, batch)``,
+    ``train_epoch(model, loader)``), which may run or train it; the
+    module's own API and wrappers (``.to()``, ``.eval()``) excepted.
+    ``callees``: :meth:`FileModel.resolve_callee` of ``call``, when known."""
+    if callees is None:
+        callees = model.resolve_callee(call)
+    return not callees and call.method not in _MODULE_METHODS | _WRAPPERS \
+        and any(dotted_name(a.value) in names for a in call.node.args)
 
 
 def _self_is_module(model: FileModel, call: Call) -> bool:
@@ -861,14 +873,10 @@ def switched_to_training_for(model: FileModel, call: Call, text: str) -> bool:
         if e.order > call.order:
             end = e.order  # the next switch: what follows is no longer this one's business
             break
-    root = text.split(".")[0]
+    names = (text, text.split(".")[0])
     for c in model.calls_within(switch.order, end):
-        if _trains(model, c):
-            return False
-        if model.resolve_callee(c) or c.method in _MODULE_METHODS | _WRAPPERS or c.func_text == text:
-            continue
-        if any(dotted_name(a.value) in (text, root) for a in c.node.args):
-            return False  # handed to an unknown function (``train_epoch(model, loader)``)
+        if _trains(model, c) or (c.func_text != text and _handed_to_unknown(model, c, names)):
+            return False  # trained, or handed to a function that might train it (``train_epoch(model, loader)``)
     return _samples_one_input(model, call, switch.order)
 
 
@@ -911,14 +919,10 @@ def _leaves_loop_after(call: Call) -> bool:
         return False
     after = False
     for stmt in body:
-        smalls = list(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else [stmt]
-        if not after and any(small is call.statement for small in smalls):
-            after = True
-            smalls = smalls[[i for i, small in enumerate(smalls) if small is call.statement][0] + 1:]
-        elif not after:
-            continue
-        if any(isinstance(small, _EXITS) for small in smalls):
-            return True
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else (stmt,):
+            if after and isinstance(small, _EXITS):
+                return True
+            after = after or small is call.statement
     return False
 
 
@@ -1025,10 +1029,8 @@ def _has_weights(model: FileModel, call: Call, text: str) -> bool:
     (unknown callers count as having weights)."""
     fn = model.enclosing_function(call.scope)
     root = text.split(".")[0]
-    if fn is not None and root in fn.params and not any(
-            b.kind != "param" for b in model.bindings_of(root, call.scope)):
-        sites = model.callers_of(fn)
-        outer = [(s, o) for s in sites if (o := map_out(model, s, fn, text))]
+    if fn is not None and _parameter_rooted(model, fn, call.scope, text):
+        outer = _caller_pairs(model, fn, text)
         return not outer or any(_has_weights(model, s, o) for s, o in outer)
     for a in model.assigns:
         if a.binds(text) and (constructor_kind(model, a.value) == "zoo" or isinstance(a.value, cst.Call) and (
@@ -1041,7 +1043,19 @@ def _caller_names(model: FileModel, scope: Scope, text: str) -> set[str]:
     """Caller-side names of a parameter-rooted ``text`` at same-file call sites."""
     if text.split(".")[0] not in scope.params:
         return set()
-    return {o for site in model.callers_of(scope) if (o := map_out(model, site, scope, text))}
+    return {o for _, o in _caller_pairs(model, scope, text)}
+
+
+def _caller_pairs(model: FileModel, fn: Scope, text: str) -> list[tuple[Call, str]]:
+    """Each same-file call site of ``fn`` where the parameter-rooted ``text``
+    maps to a caller-side name, with that name (:func:`map_out`)."""
+    return [(site, o) for site in model.callers_of(fn) if (o := map_out(model, site, fn, text))]
+
+
+def _parameter_rooted(model: FileModel, fn: Scope, scope: Scope, text: str) -> bool:
+    """Whether ``text`` is rooted at a parameter of ``fn`` that ``scope`` never rebinds."""
+    root = text.split(".")[0]
+    return root in fn.params and all(b.kind == "param" for b in model.bindings_of(root, scope))
 
 
 def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
@@ -1079,12 +1093,9 @@ def mode_sensitive_at(model: FileModel, call: Call, text: str, depth: int = 0) -
     reaches each call site decides: ``evaluate_loss(net, ...)`` from a
     function where ``net`` is a lambda passes no module)."""
     fn = model.enclosing_function(call.scope)
-    root = text.split(".")[0]
-    if fn is not None and depth < _MAX_DEPTH and root in fn.params \
-            and all(b.kind == "param" for b in model.bindings_of(root, call.scope)):
-        sites = model.callers_of(fn)
-        pairs = [(site, o) for site in sites if (o := map_out(model, site, fn, text))]
-        if pairs and len(pairs) == len(sites):
+    if fn is not None and depth < _MAX_DEPTH and _parameter_rooted(model, fn, call.scope, text):
+        pairs = _caller_pairs(model, fn, text)
+        if pairs and len(pairs) == len(model.callers_of(fn)):
             return any(mode_sensitive_at(model, site, o, depth + 1) for site, o in pairs)
     outer = _caller_names(model, fn, text) if fn is not None else set()
     has_ctor = any(a.kind in ("assign", "annassign") and a.binds(text) for a in model.assigns)
@@ -1110,8 +1121,7 @@ def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
     if fn is None or text.split(".")[0] not in fn.params \
             or any(e.order < call.order for e in events(model, call.scope, text)):
         return True
-    callers = model.callers_of(fn)
-    pairs = [(site, o) for site in callers if (o := map_out(model, site, fn, text))]
+    pairs = _caller_pairs(model, fn, text)
     if not pairs:
         return True
     return any(modes_at(model, site, o) & TRAINING_KINDS and mode_sensitive_at(model, site, o) for site, o in pairs)

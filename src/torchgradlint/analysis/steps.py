@@ -99,13 +99,11 @@ def _hand_written_backward(model: FileModel, call: Call) -> bool:
     arguments that method takes (the third of ``Tensor.backward(gradient,
     retain_graph, create_graph, inputs)`` would be ``create_graph``, which
     nobody passes by position)."""
-    classes = model.memo.get("hand_written_backward")
-    if classes is None:
-        classes = model.memo["hand_written_backward"] = {
-            name: len(info.methods["backward"].params) - 1 for name, info in model.classes.items()
-            if "backward" in info.methods and not any(b.endswith("Function") for b in info.bases)
-            and info.methods["backward"].params[:1] == ["self"]
-            and not _delegates_to_autograd(model, info.methods["backward"])}
+    classes = model.cached("hand_written_backward", lambda: {
+        name: len(info.methods["backward"].params) - 1 for name, info in model.classes.items()
+        if "backward" in info.methods and not any(b.endswith("Function") for b in info.bases)
+        and info.methods["backward"].params[:1] == ["self"]
+        and not _delegates_to_autograd(model, info.methods["backward"])})
     if not classes:
         return False
     recv = call.receiver_text
