@@ -56,6 +56,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import instrument
+from .interrupts import no_raise
 from .holders import graph_holders, holder_parts, keeping_lines, reachable_nodes, tensors_in
 from .probe_base import KIB, Measurement, Probe, finding, human_bytes, slope
 
@@ -526,6 +527,7 @@ class _Packed:
         self.last_call: Optional[int] = None
         self.release, self.skey, self.vkey = release, skey, vkey
 
+    @no_raise
     def __del__(self) -> None:
         try:
             self.release(self.skey, self.vkey)

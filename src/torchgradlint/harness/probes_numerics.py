@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .interrupts import no_raise
 from .probe_base import Measurement, Probe, human_bytes, merge_stacks
 
 # --------------------------------------------------------------------------------------------------
@@ -287,9 +288,11 @@ class CtxTensorProbe(Probe):
         lazy import inside torch can leave ``main``'s frame in an unrelated garbage cycle."""
         self._main_locals = {id(t) for v in frame.f_locals.values() for t in _tensors_in(v)}
 
+    @no_raise
     def _gc_phase(self, phase: str, info: dict) -> None:
         self._collecting = phase == "start"
 
+    @no_raise
     def _freed(self, ref: weakref.ref) -> None:
         """An output stored on its own ctx was freed: a dead output when the cyclic collector freed it."""
         rec = self._outputs.pop(ref, None)

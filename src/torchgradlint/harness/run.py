@@ -29,6 +29,7 @@ import torch
 
 from ..diagnostics import Diagnostic
 from . import instrument
+from .interrupts import deliver_interrupts
 from .probe_map import probes_for, rule_probes
 from .probe_registry import all_probes
 from .probes import Measurement, Probe, RetainedGraphProbe
@@ -93,6 +94,7 @@ class Session:
             self._outside.add(id(f))
             f = f.f_back
         self._stack = contextlib.ExitStack()
+        self._stack.enter_context(deliver_interrupts())  # first in, last out: covers the probes' removal too
         for probe in self.probes.values():
             self._stack.enter_context(probe.observe(self.device))
         instrument.LISTENERS.append(self)
