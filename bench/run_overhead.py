@@ -1,6 +1,11 @@
 """Cost of ``torchgradlint run``: time per training step of a small CNN on CPU, with and without probes.
 
-Usage: ``python bench/run_overhead.py [--steps 200] [--rounds 5] [--threads 1] [--only]``
+Usage: ``python bench/run_overhead.py [--model cnn|policy] [--steps 200] [--rounds 5] [--threads 1] [--only]``
+
+``--model policy`` times instead a PPO iteration shaped like cleanrl's ``ppo.py`` on CartPole: a
+rollout of 128 calls of a small actor and critic (two 64-unit tanh layers each, 4 observations per
+call) under no_grad, then 4 minibatch updates of 128 samples (Adam, gradient clipping). Module
+calls dominate there, not arithmetic: the probes' cost per module call shows.
 
 One process; each round measures the process CPU time of ``--steps`` training steps (forward, loss, backward,
 optimizer step, and an evaluation batch under no_grad every 10 steps) with no probe,
@@ -65,20 +70,55 @@ def train(steps: int, batch: int = 32) -> float:
     return time.process_time() - start
 
 
-def run_config(probes: list[str] | None, steps: int) -> float:
+def _mlp(out: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, out))
+
+
+def train_policy(steps: int) -> float:
+    """CPU seconds for ``steps`` PPO-shaped iterations (rollout under no_grad, then minibatch updates)."""
+    torch.manual_seed(0)
+    actor, critic = _mlp(2), _mlp(1)
+    params = [*actor.parameters(), *critic.parameters()]
+    opt = torch.optim.Adam(params, lr=2.5e-4, eps=1e-5)
+    obs = torch.randn(128, 4, 4)
+    start = time.process_time()
+    for _ in range(steps):
+        actions, values = [], []
+        for t in range(128):
+            with torch.no_grad():
+                logits = actor(obs[t])
+                values.append(critic(obs[t]))
+                actions.append(torch.distributions.Categorical(logits=logits).sample())
+        b_obs, b_act = obs.reshape(-1, 4), torch.stack(actions).reshape(-1)
+        b_ret = torch.stack(values).reshape(-1) + 1.0
+        for mb in torch.randperm(512).split(128):
+            dist = torch.distributions.Categorical(logits=actor(b_obs[mb]))
+            loss = -dist.log_prob(b_act[mb]).mean() + (critic(b_obs[mb]).squeeze(-1) - b_ret[mb]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(params, 0.5)
+            opt.step()
+    return time.process_time() - start
+
+
+def run_config(probes: list[str] | None, steps: int, model: str = "cnn") -> float:
+    fn = train_policy if model == "policy" else train
     if probes is None:
-        return train(steps)
+        return fn(steps)
     with Session(probes):
-        return train(steps)
+        return fn(steps)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--model", choices=("cnn", "policy"), default="cnn")
+    parser.add_argument("--steps", type=int, default=None, help="default: 200 (cnn), 10 (policy)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadier figures)")
     parser.add_argument("--only", action="store_true", help="baseline, core probes and all probes only")
     args = parser.parse_args()
+    if args.steps is None:
+        args.steps = 10 if args.model == "policy" else 200
     torch.set_num_threads(args.threads)
     configs: dict[str, list[str] | None] = {"baseline": None}
     if not args.only:
@@ -87,14 +127,17 @@ def main() -> None:
     configs["core probes"] = probes_for(CORE_RULES)
     configs["all probes"] = probes_for()
     times: dict[str, list[float]] = {k: [] for k in configs}
-    run_config(None, 20)  # warm-up
-    run_config(probes_for(), 20)
+    warm = 2 if args.model == "policy" else 20
+    run_config(None, warm, args.model)  # warm-up
+    run_config(probes_for(), warm, args.model)
     for r in range(args.rounds):
         order = list(configs) if r % 2 == 0 else list(reversed(configs))
         for name in order:
-            times[name].append(run_config(configs[name], args.steps) / args.steps)
+            times[name].append(run_config(configs[name], args.steps, args.model) / args.steps)
     base = statistics.median(times["baseline"])
-    print(f"small CNN, batch 32, {args.steps} steps x {args.rounds} rounds, torch {torch.__version__}, "
+    what = "PPO-shaped iterations (128 no_grad rollout calls, 4 updates)" if args.model == "policy" \
+        else "small CNN, batch 32,"
+    print(f"{what} {args.steps} steps x {args.rounds} rounds, torch {torch.__version__}, "
           f"{args.threads} thread(s), CPU")
     print("CPU time of this process per step (time.process_time)")
     print("| configuration | ms/step (median) | min | max | ratio (medians) | per-round ratio (median) |")

@@ -42,6 +42,17 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 _user_cache: dict[str, bool] = {}
+_abs_cache: dict[str, str] = {}
+
+
+def _abspath(filename: str) -> str:
+    """``os.path.abspath(filename)``, resolved once per code file: the stack walks that name the user's line
+    run on every grad-mode switch and backward, and the first resolution (before the program can change
+    its working directory) is the right one."""
+    path = _abs_cache.get(filename)
+    if path is None:
+        path = _abs_cache[filename] = os.path.abspath(filename)
+    return path
 
 
 def is_user_file(filename: str) -> bool:
@@ -51,7 +62,7 @@ def is_user_file(filename: str) -> bool:
         if filename.startswith("<"):  # <stdin>, <string>, <ipython-input-...>: the user's; <frozen ...>: not
             verdict = not filename.startswith("<frozen")
         else:
-            path = os.path.abspath(filename)
+            path = _abspath(filename)
             verdict = not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR)
                            or path.startswith(_STDLIB_DIRS))
         _user_cache[filename] = verdict
@@ -65,7 +76,7 @@ _PASS_THROUGH: set[Any] = set()
 def is_probe_frame(frame: Any) -> bool:
     """``True`` for a frame of torchgradlint's own work (a probe inspecting a tensor), not one of the wrappers
     that pass the user's own call on to torch."""
-    return os.path.abspath(frame.f_code.co_filename).startswith(_OWN_DIR) and frame.f_code not in _PASS_THROUGH
+    return _abspath(frame.f_code.co_filename).startswith(_OWN_DIR) and frame.f_code not in _PASS_THROUGH
 
 
 Stack = list[tuple[str, int]]
@@ -81,7 +92,7 @@ def user_stack(limit: int = 6, frame: Any = None) -> Stack:
     while f is not None and len(out) < limit:
         name = f.f_code.co_filename
         if is_user_file(name):
-            out.append((os.path.abspath(name) if not name.startswith("<") else name, f.f_lineno))
+            out.append((_abspath(name) if not name.startswith("<") else name, f.f_lineno))
         f = f.f_back
     return out
 
@@ -211,7 +222,7 @@ def _track_grad_mode_managers() -> None:
             caller = sys._getframe(1)
             path = caller.f_code.co_filename
             if is_user_file(path):
-                key = (os.path.abspath(path) if not path.startswith("<") else path, caller.f_lineno)
+                key = (_abspath(path) if not path.startswith("<") else path, caller.f_lineno)
                 GRAD_MODE_SITES.setdefault(key, [0, 0])[0] += 1
                 self.__dict__["_tgl_site"] = key
 
@@ -263,9 +274,9 @@ def called_from_library(frame: Any = None) -> bool:
     """Whether the first frame outside torchgradlint (from ``frame``, default the caller's) is torch's own
     code: an autograd call torch made (``gradcheck``'s ``autograd.grad``), not the user's."""
     f = frame if frame is not None else sys._getframe(1)
-    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_OWN_DIR):
+    while f is not None and _abspath(f.f_code.co_filename).startswith(_OWN_DIR):
         f = f.f_back
-    return f is not None and os.path.abspath(f.f_code.co_filename).startswith(_TORCH_DIR)
+    return f is not None and _abspath(f.f_code.co_filename).startswith(_TORCH_DIR)
 
 
 def code_on_stack(codes: "set[Any]", frame: Any = None) -> Optional[Any]:

@@ -44,6 +44,18 @@ class Measurement:
         return asdict(self)
 
 
+def own_parameters(module: Any) -> list:
+    """The parameters a module registers itself (``module.parameters(recurse=False)``), read from its
+    ``_parameters`` table: a module hook runs on every forward of every module, and the generator
+    behind ``parameters()`` costs about 3 µs a call against 0.4 µs for the table (a tenth of a
+    second per 30,000 forwards of a small RL policy, per probe). Falls back to ``parameters()``
+    for an object without the table."""
+    table = getattr(module, "_parameters", None)
+    if isinstance(table, dict):
+        return [p for p in table.values() if p is not None]
+    return list(module.parameters(recurse=False))
+
+
 def human_bytes(n: float, signed: bool = False) -> str:
     """``6553.6`` -> ``"6.4 KiB"`` (binary units); ``signed`` adds ``+`` to non-negative values."""
     sign = "-" if n < 0 else ("+" if signed else "")

@@ -56,9 +56,10 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import instrument
-from .interrupts import no_raise
 from .holders import graph_holders, holder_parts, keeping_lines, reachable_nodes, tensors_in
-from .probe_base import KIB, Measurement, Probe, finding, human_bytes, slope
+from .interrupts import no_raise
+from .module_calls import CALLS
+from .probe_base import KIB, Measurement, Probe, finding, human_bytes, own_parameters, slope
 
 __all__ = ["KIB", "Measurement", "Probe", "finding", "human_bytes", "slope", "PROBES", "StaleGradientProbe",
            "GradModeProbe", "RetainedGraphProbe", "ModuleModeProbe"]
@@ -306,15 +307,14 @@ class GradModeProbe(Probe):
         self._got_grad: set[int] = set()  # ... that had a gradient at some step
 
     def _install(self, stack: ExitStack) -> None:
-        from torch.nn.modules.module import register_module_forward_pre_hook
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-        stack.callback(register_module_forward_pre_hook(self._pre_forward).remove)
+        CALLS.subscribe(stack, each_pre=self._pre_forward)
         stack.callback(register_optimizer_step_pre_hook(self._pre_step).remove)
 
     def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
         if not torch.is_grad_enabled():
-            trainable = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            trainable = [p for p in own_parameters(module) if p.requires_grad]
             if self._nograd_forward is None and (trainable or any(p.requires_grad for p in module.parameters())):
                 self._nograd_forward = [list(s) for s in instrument.user_stack(3)]
             fresh = [p for p in trainable if id(p) not in self._nograd_params]

@@ -30,8 +30,9 @@ import torch
 from . import instrument
 from .probe_base import Measurement, Probe
 from .probe_base import finding as _finding
+from .module_calls import CALLS
 from .probes import GRAD_MODE_ERRORS
-from .probes_structure import _tensors, _TopLevelCalls
+from .probes_structure import _tensors
 
 # --------------------------------------------------------------------------------------------------
 # TGL005: grad mode left off
@@ -196,24 +197,11 @@ def _tracked(norms: list) -> int:
     return sum(int(m.num_batches_tracked) for m in norms if m.num_batches_tracked is not None)
 
 
-class _Forwards(_TopLevelCalls):
-    """Top-level module calls with the batch-norm counter taken before the call."""
-
-    def __init__(self, probe: "TrainInEvalProbe") -> None:
-        super().__init__(probe._on_call)
-        self.probe = probe
-
-    def _pre(self, module: torch.nn.Module, args: Any) -> None:
-        if self.depth == 0:
-            self.probe._before(module)
-        return super()._pre(module, args)
-
-
 class TrainInEvalProbe(Probe):
     """Training forwards that ran in eval mode (a mode census).
 
-    A global forward pre-hook/hook pair sees every top-level module call (one not
-    nested in another module's forward) of a module with dropout (``p > 0``) or
+    The shared global forward pre-hook/hook pair (:mod:`.module_calls`) shows it every
+    top-level module call (one not nested in another module's forward) of a module with dropout (``p > 0``) or
     batch norm that tracks running statistics. When grad mode is on and the output
     has a ``grad_fn``, a tensor hook on it marks the forward as a *training*
     forward once a backward propagates through it. For each such forward the probe
@@ -287,7 +275,7 @@ class TrainInEvalProbe(Probe):
 
         torch.nn.Module.train = train  # type: ignore[method-assign]
         stack.callback(setattr, torch.nn.Module, "train", original)
-        _Forwards(self).install(stack)
+        CALLS.subscribe(stack, top_pre=self._before, top_post=self._on_call)
 
     def sample(self) -> dict:
         """Training forwards, those in eval mode, batch-norm updates, and the eval sites."""

@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from . import instrument
-from .probe_base import Measurement, Probe
+from .module_calls import CALLS
+from .probe_base import Measurement, Probe, own_parameters
 from .probe_base import finding as _finding
 
 #: relative slack over a clip's cap before a step counts as unclipped: ``clip_grad_norm_`` scales by
@@ -107,10 +108,9 @@ class DiscardedGradientProbe(Probe):
 
     # -- hooks -----------------------------------------------------------------------------------
     def _install(self, stack: ExitStack) -> None:
-        from torch.nn.modules.module import register_module_forward_pre_hook
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        stack.callback(register_module_forward_pre_hook(self._pre_forward).remove)
+        CALLS.subscribe(stack, each_pre=self._pre_forward)
         stack.callback(register_optimizer_step_pre_hook(self._pre_step).remove)
         stack.callback(register_optimizer_step_post_hook(self._post_step).remove)
         stack.callback(self._remove_param_hooks)
@@ -166,7 +166,7 @@ class DiscardedGradientProbe(Probe):
         self._hooked[pid] = [p.register_hook(before), p.register_post_accumulate_grad_hook(self._accumulated)]
 
     def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
-        for p in module.parameters(recurse=False):
+        for p in own_parameters(module):
             self._hook(p)
         return None
 

@@ -31,6 +31,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import instrument
+from .module_calls import CALLS
 from .probe_base import Measurement, Probe, merge_stacks
 
 
@@ -46,32 +47,6 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
         for v in value.values():
             if isinstance(v, torch.Tensor):
                 yield v
-
-
-class _TopLevelCalls:
-    """Global forward pre-hook / hook pair that tells top-level module calls
-    (not made inside another module's forward) from nested ones."""
-
-    def __init__(self, on_top_level) -> None:
-        self.depth = 0
-        self.on_top_level = on_top_level
-
-    def _pre(self, module: torch.nn.Module, args: Any) -> None:
-        self.depth += 1
-        return None
-
-    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        self.depth = max(0, self.depth - 1)
-        if self.depth == 0:
-            self.on_top_level(module, args, output)
-        return None
-
-    def install(self, stack: ExitStack) -> None:
-        """Register both hooks; push their removal onto ``stack``."""
-        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-
-        stack.callback(register_module_forward_pre_hook(self._pre).remove)
-        stack.callback(register_module_forward_hook(self._post).remove)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,7 +122,7 @@ class UnusedGraphProbe(Probe):
             t.register_hook(hook)
 
     def _install(self, stack: ExitStack) -> None:
-        _TopLevelCalls(self._on_call).install(stack)
+        CALLS.subscribe(stack, top_post=self._on_call)
 
     def sample(self) -> dict:
         """Top-level forwards, those that recorded a graph, and those whose graph no backward used."""
@@ -268,7 +243,7 @@ class EvalSpreadProbe(Probe):
         self._last[id(module)] = (module, kept, _autocast_state())
 
     def _install(self, stack: ExitStack) -> None:
-        _TopLevelCalls(self._on_call).install(stack)
+        CALLS.subscribe(stack, top_post=self._on_call)
 
     def _spread(self, module: torch.nn.Module, args: tuple, calls: _RandomCalls,
                 autocast: tuple = ()) -> Optional[float]:
