@@ -322,3 +322,16 @@ def test_a_program_without_backward_is_sampled_at_its_top_level_forwards(tmp_pat
     assert session.backward_calls == 0 and sorted(session.forward_samples) == [2, 4, 8]
     (m,) = session.measurements()
     assert m.defect and [(f["code"], f["stack"][0][1]) for f in m.findings] == [("TGL101", 6)]
+
+
+def test_a_relative_code_file_name_resolves_in_the_current_folder(tmp_path, monkeypatch):
+    """Two runs in one process of scripts of one name from two folders (the fixtures of TGL103 and
+    TGL201 share names): each resolves to its own folder, absolute names are cached."""
+    from torchgradlint.harness import instrument
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        assert instrument._abspath("train.py") == str(tmp_path / folder / "train.py")
+    absolute = str(tmp_path / "a" / "train.py")
+    assert instrument._abspath(absolute) == absolute and absolute in instrument._abs_cache

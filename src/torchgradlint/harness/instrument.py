@@ -46,12 +46,15 @@ _abs_cache: dict[str, str] = {}
 
 
 def _abspath(filename: str) -> str:
-    """``os.path.abspath(filename)``, resolved once per code file: the stack walks that name the user's line
-    run on every grad-mode switch and backward, and the first resolution (before the program can change
-    its working directory) is the right one."""
+    """``os.path.abspath(filename)``, resolved once per absolute code file name (the stack walks that name
+    the user's line run on every grad-mode switch and backward). A relative name (a script run as
+    ``python train.py``) is resolved each time: it depends on the working directory, and two runs in one
+    process (``watch()``, the test suite) may run different files of that name from different folders."""
     path = _abs_cache.get(filename)
     if path is None:
-        path = _abs_cache[filename] = os.path.abspath(filename)
+        path = os.path.abspath(filename)
+        if os.path.isabs(filename):
+            _abs_cache[filename] = path
     return path
 
 
