@@ -35,6 +35,7 @@ def run_fixture(name: str, probe: str) -> dict:
 @pytest.mark.parametrize("program, defect", [
     ("stale_bad", True), ("stale_ok", False), ("stale_ok_accumulation", False),
     ("stale_ok_gan_two_optimizers", False), ("stale_ok_gan_repaired", False),
+    ("stale_bad_clipped", True), ("stale_ok_zeroed_in_place", False),
 ])
 def test_stale_gradients(program, defect):
     m = run(program, StaleGradientProbe.name)
@@ -44,6 +45,25 @@ def test_stale_gradients(program, defect):
         assert m["display"] == f"stale-gradient steps: {STEPS - 1}/{STEPS}"
     else:
         assert m["figure"] == 0
+
+
+def test_a_gradient_holds_its_sum_when_scaled_in_place_not_when_zeroed_or_replaced():
+    from torchgradlint.harness.probe_base import grad_mark
+    from torchgradlint.harness.probes import _holds
+
+    g = torch.ones(3)
+    mark = grad_mark(g)
+    assert _holds(g, mark)
+    g.mul_(0.5)  # unscale_ / clip_grad_norm_
+    assert _holds(g, mark)
+    g.zero_()  # zero_grad(set_to_none=False)
+    assert not _holds(g, mark)
+    old = torch.ones(3)
+    mark = grad_mark(old)
+    del old  # zero_grad(): the gradient is freed; a new one may take its address and its id
+    new = torch.ones(3)
+    assert not _holds(new, mark)
+    assert not _holds(None, mark) and not _holds(new, None)
 
 
 def test_stale_gradients_attributed_per_parameter_group():
@@ -224,6 +244,7 @@ def test_retained_graph_two_losses_near_miss():
     ("mode_bad", True), ("mode_ok", False), ("mode_ok_plain_layers", False),
     ("mode_bad_functional_dropout", True), ("mode_bad_attention", True),
     ("mode_ok_update_bn", False), ("mode_ok_mc_dropout", False),
+    ("mode_ok_training_forward_under_no_grad", False), ("mode_bad_eval_helper_then_failed_backward", True),
 ])
 def test_module_mode(program, defect):
     m = run(program, ModuleModeProbe.name)
@@ -243,6 +264,17 @@ def test_module_mode_attention_dropouts_counted():
 def test_module_mode_deliberate_uses_counted_apart():
     assert run("mode_ok_update_bn", ModuleModeProbe.name)["details"]["runs"][str(STEPS)]["deliberate_calls"] >= 1
     assert run("mode_ok_mc_dropout", ModuleModeProbe.name)["details"]["runs"][str(STEPS)]["deliberate_calls"] == 10
+
+
+def test_module_mode_training_forward_under_no_grad_is_tgl002s():
+    """The calls of a forward whose backward (same frame) fails for grad mode are set apart; an
+    evaluation helper's calls in the same iterations are still counted, at the helper's call."""
+    ok = run("mode_ok_training_forward_under_no_grad", ModuleModeProbe.name)["details"]["runs"][str(STEPS)]
+    assert ok["training_forward_calls"] == STEPS and ok["calls"] == 0
+    m = run("mode_bad_eval_helper_then_failed_backward", ModuleModeProbe.name)
+    runs = m["details"]["runs"][str(STEPS)]
+    assert runs["calls"] == STEPS and runs["training_forward_calls"] == STEPS
+    assert [f["stack"][0][1] for f in m["findings"]] == [10]  # evaluate's model(...) call
 
 
 def test_human_bytes():

@@ -8,6 +8,7 @@ this module and nothing of each other; :mod:`.probe_registry` finds them all.
 from __future__ import annotations
 
 import sys
+import weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Iterator, Optional, Sequence
@@ -42,6 +43,23 @@ class Measurement:
     def to_json(self) -> dict:
         """This measurement as a JSON-able dict."""
         return asdict(self)
+
+
+def grad_mark(g: Any) -> Optional[tuple]:
+    """A gradient's contents without copying it: a weak reference to the tensor and its version counter
+    (``None`` for no gradient).
+
+    A weak reference, not ``id()``/``data_ptr()``: after ``zero_grad()`` frees a gradient, the next
+    backward's new gradient often lands at the same address (a GAN's generator gradients, reset and
+    recomputed each iteration, then read as the old ones)."""
+    if g is None:
+        return None
+    return (weakref.ref(g), g._version)
+
+
+def unchanged(g: Any, mark: Optional[tuple]) -> bool:
+    """Whether ``g`` is the very gradient ``mark`` (a :func:`grad_mark`) recorded, not modified since."""
+    return g is not None and mark is not None and mark[0]() is g and g._version == mark[1]
 
 
 def own_parameters(module: Any) -> list:

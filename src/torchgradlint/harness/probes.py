@@ -59,7 +59,8 @@ from . import instrument
 from .holders import graph_holders, holder_parts, keeping_lines, reachable_nodes, tensors_in
 from .interrupts import no_raise
 from .module_calls import CALLS
-from .probe_base import KIB, Measurement, Probe, finding, human_bytes, own_parameters, slope
+from .probe_base import (KIB, Measurement, Probe, finding, grad_mark, human_bytes, own_parameters, slope,
+                         unchanged)
 
 __all__ = ["KIB", "Measurement", "Probe", "finding", "human_bytes", "slope", "PROBES", "StaleGradientProbe",
            "GradModeProbe", "RetainedGraphProbe", "ModuleModeProbe"]
@@ -72,19 +73,26 @@ _finding = finding
 # --------------------------------------------------------------------------------------------------
 
 
-def _grad_state(g: Optional[torch.Tensor]) -> Optional[tuple]:
-    """Identity of a gradient's contents without copying it: object, data pointer, version counter."""
-    if g is None:
-        return None
-    return (id(g), g.data_ptr(), g._version)
+def _holds(g: Optional[torch.Tensor], mark: Optional[tuple]) -> bool:
+    """Whether gradient ``g`` still holds the sum ``mark`` (a :func:`.probe_base.grad_mark`) recorded.
+
+    The same tensor, unchanged or changed in place without being zeroed: ``scaler.unscale_(opt)``
+    and ``clip_grad_norm_`` scale every gradient in place between the backward and the step
+    (nanoGPT, cleanrl), which bumps its version counter but keeps the sum. A gradient zeroed in
+    place (``zero_grad(set_to_none=False)``, ``p.grad.zero_()``) holds none: told by one reduction,
+    run only when the version moved.
+    """
+    if g is None or mark is None or mark[0]() is not g:
+        return False
+    return g._version == mark[1] or bool(g.detach().ne(0).any())
 
 
 class StaleGradientProbe(Probe):
     """Optimizer steps that consume gradients summed onto gradients an earlier step consumed.
 
-    No gradient is copied: a gradient's contents are identified by the tensor object,
-    its data pointer and its version counter (every in-place change, ``zero_()``
-    included, bumps the counter; ``zero_grad()``'s default sets it to ``None``).
+    No gradient is copied: a gradient's contents are identified by a weak reference to
+    the tensor and its version counter (every in-place change, ``zero_()`` included,
+    bumps the counter; ``zero_grad()``'s default sets it to ``None``).
 
     * global optimizer step hooks: after each ``step()`` every parameter's gradient
       state is recorded as *consumed*;
@@ -92,7 +100,8 @@ class StaleGradientProbe(Probe):
       is about to add into a consumed (or already stale) gradient, and a
       post-accumulate-grad hook records the resulting *stale* state;
     * before each ``step()``, per parameter group, the step is *stale* when a
-      parameter's gradient is still in a stale state.
+      parameter's gradient is still in a stale state, or is the same tensor scaled in
+      place since (``unscale_``, ``clip_grad_norm_``) and not zeroed.
 
     Attribution: per optimizer and parameter group, at the user's call stack of the
     first stale ``step()`` (``scaler.step(opt)`` names the user's line).
@@ -145,15 +154,20 @@ class StaleGradientProbe(Probe):
         def before(grad: torch.Tensor) -> None:
             param = ref()
             if param is not None:
-                state = _grad_state(param.grad)
-                if state is not None and (state == self._consumed.get(pid) or state == self._stale.get(pid)):
-                    self._about.add(pid)
+                g = param.grad
+                if unchanged(g, self._consumed.get(pid)):
+                    self._about.add(pid)  # adding onto what a step used, untouched since
+                elif pid in self._stale:
+                    if _holds(g, self._stale[pid]):
+                        self._about.add(pid)  # adding onto a stale sum
+                    else:
+                        del self._stale[pid]  # reset (set to None, replaced, zeroed) since
             return None
 
         def after(param: torch.Tensor) -> None:
             if pid in self._about:
                 self._about.discard(pid)
-                self._stale[pid] = _grad_state(param.grad)
+                self._stale[pid] = grad_mark(param.grad)
 
         self._hooks[pid] = [p.register_hook(before), p.register_post_accumulate_grad_hook(after)]
 
@@ -166,7 +180,7 @@ class StaleGradientProbe(Probe):
                 if not isinstance(p, torch.Tensor):
                     continue
                 self._hook(p)
-                if p.grad is not None and self._stale.get(id(p)) == _grad_state(p.grad):
+                if _holds(p.grad, self._stale.get(id(p))):
                     stale += 1
             rec = self.groups.setdefault(f"{label} group {gi}", {"steps": 0, "stale_steps": 0,
                                                                   "stale_params": 0, "stack": []})
@@ -182,7 +196,7 @@ class StaleGradientProbe(Probe):
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if isinstance(p, torch.Tensor):
-                    self._consumed[id(p)] = _grad_state(p.grad)
+                    self._consumed[id(p)] = grad_mark(p.grad)
                     self._stale.pop(id(p), None)
 
     def sample(self) -> dict:
@@ -949,6 +963,16 @@ def _deliberate_codes() -> set:
     return codes
 
 
+#: dropout/batch-norm calls the module-mode probe holds, undecided, between two backwards (a training forward
+#: of a large model makes a few hundred; an evaluation-only program makes them without end)
+HELD_CALLS = 4096
+
+
+def _frame_key(frames: list) -> Optional[tuple]:
+    """``(id, code)`` of the first frame of ``frames`` (a frame running now), else ``None``."""
+    return (id(frames[0]), frames[0].f_code) if frames else None
+
+
 class ModuleModeProbe(Probe):
     """Dropout / batch-norm running in training mode while grad mode is off.
 
@@ -966,7 +990,10 @@ class ModuleModeProbe(Probe):
     storage and shape) at least twice while that switch holds, with no backward
     while it holds (a ``train()`` at the top of an epoch that trains after an
     evaluation is no such switch). Those calls are decided when the sample is
-    taken, once what followed the switch is known.
+    taken, once what followed the switch is known. Nor are the calls of a training
+    forward run under no_grad by mistake: calls made from the frame (the same
+    running function) whose next backward then fails with autograd's grad-mode error
+    are TGL002's defect, which the grad-mode probe reports, not an evaluation.
 
     Attribution: the user's call stack of the module call. Figure: such calls (count)
     in the run at N. Threshold: defect when >= 1.
@@ -987,6 +1014,12 @@ class ModuleModeProbe(Probe):
         # (site, switch, input) -> dropout calls under an explicit switch, decided in sample()
         self._sampling: dict[tuple, dict] = {}
         self._last_args: Any = None  # the argument tuple of the latest such forward (a new tuple: a new forward)
+        # calls counted since the last backward began, each with the user's frame that called the model:
+        # a backward of that same frame that then fails for grad mode shows the forward was a training
+        # forward run under no_grad by mistake (TGL002's defect, which the grad-mode probe reports)
+        self._held: list[tuple] = []
+        self._in_backward: list[tuple] = []  # (the backward's calling frame, calls held when it began)
+        self.training_forward_calls = 0
 
     def _install(self, stack: ExitStack) -> None:
         """Wrap ``nn.Module.train`` (which ``eval()`` calls) to see the program's explicit
@@ -1016,6 +1049,24 @@ class ModuleModeProbe(Probe):
     def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
         for switch in self._switches.values():
             switch["trained"] = True
+        self._in_backward.append((_frame_key(instrument.user_frames(limit=1)), self._held))
+        self._held = []
+
+    def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
+        if self._in_backward:
+            for call in self._in_backward.pop()[1]:
+                self._apply(call, self.sites, self._sampling)
+
+    def on_backward_error(self, kind: str, exc: BaseException) -> None:
+        if not self._in_backward:
+            return
+        frame, held = self._in_backward.pop()
+        grad_mode = isinstance(exc, RuntimeError) and GRAD_MODE_ERRORS.search(str(exc)) is not None
+        for call in held:
+            if grad_mode and frame is not None and call[0] == frame:
+                self.training_forward_calls += 1
+            else:
+                self._apply(call, self.sites, self._sampling)
 
     def on_mode_op(self, kind: str, details: dict) -> None:
         if instrument.code_on_stack(self._deliberate_codes) is not None:
@@ -1029,19 +1080,33 @@ class ModuleModeProbe(Probe):
         stack = [list(s) for s in instrument.user_stack(frame=outer[1].f_back if outer else None)]
         module = type(outer[0]).__name__ if outer else "functional"
         switch = self._switches.get(outer[0]) if outer is not None and kind != "batch_norm" else None
+        group = None
         if switch is not None:
             args = outer[1].f_locals.get("args")  # type: ignore[union-attr]
             first = next((a for a in args or () if isinstance(a, torch.Tensor)), None)
             if first is not None:
                 key = (repr(stack), id(switch), first.data_ptr(), tuple(first.shape))
-                group = self._sampling.setdefault(key, {"stack": stack, "switch": switch, "forwards": 0, "calls": 0,
-                                                        "modules": module})
-                if args is not self._last_args:
-                    group["forwards"] += 1
-                    self._last_args = args
-                group["calls"] += 1
-                return
-        self._count(stack, module, kind, details)
+                group = (key, {"stack": stack, "switch": switch, "modules": module}, args is not self._last_args)
+                self._last_args = args
+        caller = instrument.user_frames(limit=1, frame=outer[1].f_back if outer else None)
+        self._held.append((_frame_key(caller), stack, module, kind, details, group))
+        if len(self._held) > HELD_CALLS:  # a program that evaluates without ever calling backward: count the oldest
+            for call in self._held[:HELD_CALLS // 2]:
+                self._apply(call, self.sites, self._sampling)
+            del self._held[:HELD_CALLS // 2]
+
+    def _apply(self, call: tuple, sites: dict, sampling: dict) -> None:
+        """Count a held call: into its Monte-Carlo sampling group (decided in :meth:`sample`) or its site."""
+        _, stack, module, kind, details, group = call
+        if group is None:
+            self._count(stack, module, kind, details, sites=sites)
+            return
+        key, init, new_forward = group
+        rec = sampling.get(key)
+        if rec is None:
+            rec = sampling[key] = {**init, "forwards": 0, "calls": 0}
+        rec["forwards"] += int(new_forward)
+        rec["calls"] += 1
 
     def _count(self, stack: list, module: str, kind: str, details: dict, calls: int = 1,
                sites: Optional[dict] = None) -> None:
@@ -1060,8 +1125,11 @@ class ModuleModeProbe(Probe):
         Dropout calls under an explicit ``train()`` are Monte-Carlo sampling (deliberate) when their
         group ran >= 2 forwards on one input and no backward ran while the switch held."""
         sites = {k: dict(v) for k, v in self.sites.items()}
+        sampling = {k: dict(v) for k, v in self._sampling.items()}
+        for call in [c for _, held in self._in_backward for c in held] + self._held:
+            self._apply(call, sites, sampling)  # not followed by a failed backward of their frame (yet)
         deliberate = self.deliberate
-        for group in self._sampling.values():
+        for group in sampling.values():
             if group["forwards"] >= 2 and not group["switch"]["trained"]:
                 deliberate += group["calls"]
             else:
@@ -1070,7 +1138,8 @@ class ModuleModeProbe(Probe):
         listed = list(sites.values())
         keys = ("calls", "dropout_calls", "norm_calls", "running_stats_changed")
         total = {k: sum(s[k] for s in listed) for k in keys}
-        return {**total, "sites": listed, "deliberate_calls": deliberate}
+        return {**total, "sites": listed, "deliberate_calls": deliberate,
+                "training_forward_calls": self.training_forward_calls}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
@@ -1088,6 +1157,8 @@ class ModuleModeProbe(Probe):
             display += f" (running stats changed in {s['running_stats_changed']})"
         if s.get("deliberate_calls"):
             display += f"; deliberate: {s['deliberate_calls']}"
+        if s.get("training_forward_calls"):
+            display += f"; in training forwards under no_grad (TGL002): {s['training_forward_calls']}"
         return Measurement(cls.name, float(s["calls"]), cls.unit, display, cls.threshold, defect,
                            findings=findings, details={"runs": {str(k): v for k, v in samples.items()}})
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import instrument
-from .probe_base import Measurement, Probe
+from .probe_base import Measurement, Probe, grad_mark, unchanged
 from .probe_base import finding as _finding
 
 #: a clip's cap, in the units of the applied gradients, may differ from its threshold by less than this factor
@@ -79,11 +79,6 @@ def _tensors(parameters: Any) -> list[torch.Tensor]:
 
 def _optimizer_params(optimizer: Any) -> list[torch.Tensor]:
     return [p for g in optimizer.param_groups for p in g["params"] if isinstance(p, torch.Tensor)]
-
-
-def _grad_state(g: Optional[torch.Tensor]) -> Optional[tuple]:
-    """Identity of a gradient's contents: object, data pointer, version counter."""
-    return None if g is None else (id(g), g.data_ptr(), g._version)
 
 
 def _traceback_stack(exc: BaseException) -> list:
@@ -416,7 +411,7 @@ class AmpScalerBypassProbe(Probe):
         self._backward_scale = None
         for p in leaves:
             if p.grad is not None:
-                self._marked[id(p)] = (factor, _grad_state(p.grad))
+                self._marked[id(p)] = (factor, grad_mark(p.grad))
 
     # optimizer steps -------------------------------------------------------------------------------
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -424,7 +419,7 @@ class AmpScalerBypassProbe(Probe):
         if self._inside_step:
             return
         params = _optimizer_params(optimizer)
-        factor = max((m[0] for p in params if (m := self._marked.get(id(p))) and m[1] == _grad_state(p.grad)),
+        factor = max((m[0] for p in params if (m := self._marked.get(id(p))) and unchanged(p.grad, m[1])),
                      default=None)
         if factor is not None:
             self.scaled_steps += 1

@@ -39,7 +39,9 @@ How each probe decides (figures with their units):
 
 - **stale-gradients** (TGL001, steps): per optimizer and per parameter group, a step is *stale* when a
   backward added into a gradient that an earlier `step()` of that optimizer already consumed and nothing
-  reset it since. Gradients are identified by tensor identity, data pointer and version counter (no copy).
+  reset it since. Gradients are identified by tensor identity, data pointer and version counter (no copy);
+  a stale sum scaled in place before the step (`scaler.unscale_`, `clip_grad_norm_`) stays stale unless it
+  was zeroed (one reduction, only for parameters that hold a stale sum).
   Defect: >= 1 stale step.
 - **grad-mode** (TGL002, failures): only at a backward / `autograd.grad` call: autograd's "does not
   require grad" error when grad mode is the cause (an inference tensor, grad mode off at the call, or a
@@ -60,8 +62,9 @@ How each probe decides (figures with their units):
   SDPA `dropout_p > 0`) or batch norm updating running statistics, in training mode, with grad mode off.
   Not counted: inside `torch.optim.swa_utils.update_bn`, when the outermost module called is in eval mode
   (Monte-Carlo dropout), and dropout (not batch norm) in Monte-Carlo sampling after an explicit `train()`: the
-  module run at one site on one input at least twice while the switch holds, with no backward meanwhile.
-  Defect: >= 1 call."""
+  module run at one site on one input at least twice while the switch holds, with no backward meanwhile;
+  nor the calls of a training forward run under no_grad by mistake (made from the function whose next
+  backward fails with autograd's grad-mode error: TGL002's defect). Defect: >= 1 call."""
 DEVICE_LABELS = {"cpu": "CPU", "cuda": "CUDA"}
 
 
