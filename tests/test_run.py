@@ -106,7 +106,7 @@ def test_run_reports_nothing_on_every_ok_fixture(fixture, monkeypatch, tmp_path,
     """An ok fixture is healthy: ``run`` with all probes measures no defect of any rule."""
     rc, found = run_fixture(fixture, monkeypatch, tmp_path)
     capsys.readouterr()
-    assert (rc, found) == (0, [])
+    assert (rc, found) == (0, []), [(d["code"], d["location"]["row"], d["message"]) for d in found]
 
 
 @pytest.mark.slow
@@ -128,6 +128,18 @@ def test_run_measures_every_bad_fixtures_rule_at_an_expected_line(fixture, monke
             measured = d["message"].split("measured at run time: ", 1)[1]
             assert re.search(r"\d", measured), d["message"]  # the measured figure
             assert "confirms the static finding" in d["message"]
+
+
+def test_findings_of_one_code_on_one_line_are_one_diagnostic(monkeypatch, tmp_path, capsys):
+    """nanoGPT's update without a reset: both AdamW parameter groups are stale at the one
+    ``scaler.step(optimizer)``; ``run`` reports that line once, with each group's figure."""
+    fixture = next(f for f in ALL_FIXTURES if f.name == "TGL001/bad_clip_unscale_no_reset")
+    rc, found = run_fixture(fixture, monkeypatch, tmp_path, "--probes", "stale-gradients")
+    capsys.readouterr()
+    assert rc == 1
+    assert [(d["code"], d["location"]["row"]) for d in found] == list(fixture.expected)
+    message = found[0]["message"]
+    assert "AdamW#1 group 0: stale-gradient steps" in message and "AdamW#1 group 1: stale-gradient steps" in message
 
 
 def test_a_finding_without_a_line_goes_to_the_entry_line_and_says_so(tmp_path):

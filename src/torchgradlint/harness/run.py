@@ -212,8 +212,18 @@ class Session:
         """One diagnostic per measured finding, at the user's line; ``confirm`` compares with ``check``."""
         findings = [f for m in self.measurements() for f in m.findings]
         static = _static_findings({p for f in findings for p, _ in f["stack"]}) if confirm else None
-        return sorted((to_diagnostic(f, static, self.program, self.entry) for f in findings),
-                      key=lambda d: d.sort_key)
+        # findings of one code that land on one line (an optimizer's parameter groups stepped by one
+        # ``step()``) are one diagnostic whose message gives each figure
+        by_line: dict[tuple, list[dict]] = {}
+        for f in findings:
+            d = to_diagnostic(f, static, self.program, self.entry)
+            by_line.setdefault((d.code, d.path, d.line), []).append(f)
+        out = []
+        for group in by_line.values():
+            displays = list(dict.fromkeys(f["display"] for f in group))
+            merged = group[0] if len(displays) == 1 else {**group[0], "display": "; ".join(displays)}
+            out.append(to_diagnostic(merged, static, self.program, self.entry))
+        return sorted(out, key=lambda d: d.sort_key)
 
 
 def _static_findings(paths: set) -> dict[str, set]:
