@@ -235,3 +235,44 @@ def test_accumulation_gate(test, expected):
     import libcst as cst
 
     assert accumulation_gate(cst.parse_expression(test)) is expected
+
+
+# -- the nested shape: an inner loop over the accumulation window, the step after it (nanoGPT) ------
+NESTED = HEAD + """\
+for it in range(max_iters):
+{before}    for micro_step in range({window}):
+        loss = model(x).pow(2).mean() / {window}
+{inside}        scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+{after}"""
+
+
+def nested(window: str = "gradient_accumulation_steps", before: str = "", inside: str = "", after: str = "") -> str:
+    return NESTED.format(window=window, before=before, inside=inside, after=after)
+
+
+@pytest.mark.parametrize("reset", ["optimizer.zero_grad(set_to_none=True)", "model.zero_grad()"])
+@pytest.mark.parametrize("window", ["gradient_accumulation_steps", "args.grad_accum", "self.accum_iter"])
+def test_reset_on_every_micro_step_of_the_window_fires(reset, window):
+    assert lines(nested(window, inside=f"        {reset}\n")) == [7]
+
+
+def test_reset_after_the_backward_of_each_micro_step_fires():
+    src = nested().replace("        scaler.scale(loss).backward()\n",
+                           "        scaler.scale(loss).backward()\n        optimizer.zero_grad()\n")
+    assert lines(src) == [8]
+
+
+@pytest.mark.parametrize("kw", [
+    {"after": "    optimizer.zero_grad(set_to_none=True)\n"},  # nanoGPT as written: after the step
+    {"before": "    optimizer.zero_grad()\n"},  # once per step, before the window
+    {"inside": "        if micro_step == 0:\n            optimizer.zero_grad()\n"},  # at the window's start
+    {"window": "len(batch)", "inside": "        optimizer.zero_grad()\n"},  # not an accumulation window
+    {"inside": "        other_optimizer.zero_grad()\n"},  # another optimizer's gradients
+])
+def test_nested_near_misses_are_silent(kw):
+    head = HEAD + "other = torch.nn.Linear(4, 1)\nother_optimizer = torch.optim.SGD(other.parameters(), lr=0.1)\n"
+    assert lines(nested(**kw).replace(HEAD, head, 1)) == []

@@ -137,8 +137,12 @@ under an accumulation gate (`if (i + 1) % k == 0:`, a condition on an
 `accum*` / `gradient_accumulation*` name, or `accelerator.sync_gradients`), and
 resets the gradients that optimizer steps (`optimizer.zero_grad()`,
 `model.zero_grad()`, a same-file helper that resets) on every iteration,
-outside the step's branch. It also checks for `model.zero_grad()` on every
-iteration inside `with accelerator.accumulate(...)`.
+outside the step's branch. It checks the nested shape too (nanoGPT and most LLM
+training scripts): an inner loop over the accumulation window (`for micro_step in
+range(gradient_accumulation_steps):`, an iterable that names the accumulation)
+backpropagates on every micro-step, the step follows that loop, and a reset of
+the stepped gradients runs on every micro-step. It also checks for
+`model.zero_grad()` on every iteration inside `with accelerator.accumulate(...)`.
 
 It stays silent when the reset sits in the step's branch (before or after the
 step), when the step's branch backpropagates before stepping (an actor updated
@@ -150,7 +154,10 @@ guard is not an accumulation gate (a skip for non-finite values such as
 and on `optimizer.zero_grad()` of an optimizer returned by
 `accelerator.prepare(...)` (accelerate skips it inside the window), and on
 `accelerator.accumulate()` in a file whose `Accelerator(...)` is built without
-`gradient_accumulation_steps` (every micro-batch then syncs).
+`gradient_accumulation_steps` (every micro-batch then syncs). In the nested shape
+it stays silent on a reset before the window or after the step (nanoGPT as
+written), on one under a condition inside the window (`if micro_step == 0:`), and
+on an inner loop whose iterable does not name an accumulation (a per-sample loop).
 
 ## Why is this bad?
 `backward()` adds into `.grad`; accumulation relies on that sum surviving until
@@ -200,6 +207,7 @@ for i, (x, y) in enumerate(loader):
             loop = training_loop_of(model, site)
             if loop is None:
                 continue
+            yield from self._micro_step_resets(model, loop, site, reported)
             gate = step_gate(loop, site)
             if gate is None or not self._backward_outside(model, loop, gate, site.via) \
                     or self._backward_in_branch(model, loop, gate, site.via):
@@ -222,6 +230,39 @@ for i, (x, y) in enumerate(loader):
                                      "so the update sees one micro-batch (divided by the accumulation count); "
                                      "move the reset into the step's branch, after the step.")
         yield from self._accelerate_module_resets(model, reported)
+
+    @staticmethod
+    def _micro_step_resets(model: FileModel, loop: Loop, site: StepSite, reported: set[int]) -> Iterator[Finding]:
+        """The nested shape (nanoGPT, most LLM training scripts): an inner loop over the accumulation
+        window (``for micro_step in range(gradient_accumulation_steps):``) backpropagates on every
+        iteration, the step follows that loop, and a reset of the stepped gradients runs on every
+        iteration of the inner loop. Only a loop whose iterable names the accumulation vocabulary is
+        a window (a per-sample loop that reads each sample's ``.grad`` is not)."""
+        via = site.via
+        for inner in model.loops:
+            if inner.scope is not via.scope or not isinstance(inner.node, cst.For) or inner is loop \
+                    or not loop.contains(inner.order) or inner.contains(via.order) or inner.end > via.order:
+                continue
+            if not any(_ACCUM_NAME.search((dotted_name(n) or "").rsplit(".", 1)[-1])
+                       for n in walk(inner.node.iter) if isinstance(n, (cst.Name, cst.Attribute))):
+                continue
+            if not any(c.scope is via.scope and model.always_runs_in(inner, c)
+                       and runs_backward(model, c, accumulating_only=True)
+                       for c in model.calls_within(inner.order, inner.end)):
+                continue
+            for reset in resets_within(model, inner.order, inner.end):
+                fact = reset.fact
+                if not isinstance(fact, Call) or id(fact.node) in reported or fact.scope is not via.scope \
+                        or not model.always_runs_in(inner, fact) or not reset_covers(model, reset, site.step.optimizer) \
+                        or (reset.target is not None and _prepared(model, reset.target)):
+                    continue
+                reported.add(id(fact.node))
+                opt = site.step.optimizer or "the optimizer"
+                yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-step of the "
+                                         f"accumulation loop while `{opt}` steps after it",
+                              detail="All but the last micro-step's gradients are thrown away before the step, "
+                                     "so the update sees one micro-batch (divided by the accumulation count); "
+                                     "reset once per step, before the accumulation loop or after the step.")
 
     @staticmethod
     def _backward_outside(model: FileModel, loop: Loop, gate: cst.CSTNode, via: Call) -> bool:
