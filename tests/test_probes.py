@@ -76,6 +76,19 @@ def test_stale_gradients_attributed_per_parameter_group():
     assert path.endswith("stale_bad_one_group.py") and line == 16  # opt.step()
 
 
+def test_optimizers_are_labelled_by_object_not_by_id():
+    """A loop that builds an optimizer per iteration: each is its own group, though a new optimizer
+    often takes the address (the ``id``) of the one just freed."""
+    probe = StaleGradientProbe()
+    layer = torch.nn.Linear(2, 1)
+    labels = []
+    for _ in range(6):
+        opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+        labels.append(probe._label(opt))
+        del opt
+    assert labels == [f"SGD#{i}" for i in range(1, 7)]
+
+
 def test_stale_gradients_copy_no_gradient(monkeypatch):
     """The probe identifies gradient contents by version counter: it never clones a gradient."""
     clones = []

@@ -120,7 +120,9 @@ class StaleGradientProbe(Probe):
         self._stale: dict[int, Optional[tuple]] = {}
         self._about: set[int] = set()
         self._hooks: dict[int, list] = {}
-        self._labels: dict[int, str] = {}
+        # optimizer -> its label, by the object (an ``id`` is reused by the next optimizer built at that
+        # address: a loop that builds one per iteration then read as fewer optimizers)
+        self._labels: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
         self._counts: dict[str, int] = {}
         self.groups: dict[str, dict] = {}
 
@@ -138,11 +140,14 @@ class StaleGradientProbe(Probe):
         self._hooks.clear()
 
     def _label(self, optimizer: Any) -> str:
-        label = self._labels.get(id(optimizer))
+        try:
+            label = self._labels.get(optimizer)
+        except TypeError:  # pragma: no cover - an optimizer class without weak references
+            return f"{type(optimizer).__name__}#{id(optimizer)}"
         if label is None:
             kind = type(optimizer).__name__
             self._counts[kind] = self._counts.get(kind, 0) + 1
-            label = self._labels[id(optimizer)] = f"{kind}#{self._counts[kind]}"
+            label = self._labels[optimizer] = f"{kind}#{self._counts[kind]}"
         return label
 
     def _hook(self, p: torch.Tensor) -> None:
