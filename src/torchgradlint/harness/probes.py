@@ -1082,7 +1082,8 @@ class ModuleModeProbe(Probe):
             self.deliberate += 1
             return
         # attributed to the user's call of the outermost module (the model call under no_grad)
-        stack = [list(s) for s in instrument.user_stack(frame=outer[1].f_back if outer else None)]
+        user = outer[1].f_back if outer else None  # the frame that called the outermost module
+        stack = [list(s) for s in instrument.user_stack(frame=user)]
         module = type(outer[0]).__name__ if outer else "functional"
         switch = self._switches.get(outer[0]) if outer is not None and kind != "batch_norm" else None
         group = None
@@ -1093,8 +1094,8 @@ class ModuleModeProbe(Probe):
                 key = (repr(stack), id(switch), first.data_ptr(), tuple(first.shape))
                 group = (key, {"stack": stack, "switch": switch, "modules": module}, args is not self._last_args)
                 self._last_args = args
-        caller = instrument.user_frames(limit=1, frame=outer[1].f_back if outer else None)
-        self._held.append((_frame_key(caller), stack, module, kind, details, group))
+        self._held.append((_frame_key(instrument.user_frames(limit=1, frame=user)), stack, module, kind, details,
+                           group))
         if len(self._held) > HELD_CALLS:  # a program that evaluates without ever calling backward: count the oldest
             for call in self._held[:HELD_CALLS // 2]:
                 self._apply(call, self.sites, self._sampling)

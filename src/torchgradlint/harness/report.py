@@ -39,7 +39,8 @@ How each probe decides (figures with their units):
 
 - **stale-gradients** (TGL001, steps): per optimizer and per parameter group, a step is *stale* when a
   backward added into a gradient that an earlier `step()` of that optimizer already consumed and nothing
-  reset it since. Gradients are identified by tensor identity, data pointer and version counter (no copy);
+  reset it since. Gradients are identified by a weak reference to the tensor and its version counter (no
+  copy, and no address a new gradient can reuse);
   a stale sum scaled in place before the step (`scaler.unscale_`, `clip_grad_norm_`) stays stale unless it
   was zeroed (one reduction, only for parameters that hold a stale sum).
   Defect: >= 1 stale step.

@@ -27,15 +27,16 @@ def accumulation_gate(test: cst.BaseExpression) -> bool:
     vocabulary (``accum_steps``, ``gradient_accumulation_steps``) or
     accelerate's ``sync_gradients``. A guard that skips non-finite values
     (``if torch.isfinite(norm):``, ``if not skip:``) is none of these."""
-    for node in walk(test):
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
-            return True
-        if isinstance(node, (cst.Name, cst.Attribute)):
-            text = dotted_name(node) or ""
-            last = text.rsplit(".", 1)[-1]
-            if last == "sync_gradients" or _ACCUM_NAME.search(last):
-                return True
-    return False
+    if any(isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) for node in walk(test)):
+        return True
+    return any(last == "sync_gradients" or _ACCUM_NAME.search(last) for last in _last_names(test))
+
+
+def _last_names(node: cst.CSTNode) -> Iterator[str]:
+    """The last component of every name and attribute in ``node`` (``args.grad_accum`` -> ``grad_accum``)."""
+    for n in walk(node):
+        if isinstance(n, (cst.Name, cst.Attribute)):
+            yield (dotted_name(n) or "").rsplit(".", 1)[-1]
 
 
 def _gate_suites(loop: Loop) -> dict[int, cst.If]:
@@ -98,6 +99,20 @@ def step_gate(loop: Loop, site: StepSite) -> Optional[cst.BaseSuite]:
 def _inside(fact, suite: cst.CSTNode) -> bool:
     """Whether ``fact`` lies in the suite ``suite`` (at any depth)."""
     return any(b is suite for b in fact.blocks)
+
+
+def _wiping_resets(model: FileModel, loop: Loop, site: StepSite, reported: set[int]) -> Iterator[Call]:
+    """The calls that reset, on every iteration of ``loop`` and in the step's scope, the gradients
+    ``site`` steps (not a prepared optimizer's reset, not one already reported; each is marked
+    reported)."""
+    for reset in resets_within(model, loop.order, loop.end):
+        fact = reset.fact
+        if not isinstance(fact, Call) or id(fact.node) in reported or fact.scope is not site.via.scope \
+                or not model.always_runs_in(loop, fact) or not reset_covers(model, reset, site.step.optimizer) \
+                or (reset.target is not None and _prepared(model, reset.target)):
+            continue
+        reported.add(id(fact.node))
+        yield fact
 
 
 def _prepared(model: FileModel, text: Optional[str]) -> bool:
@@ -212,17 +227,7 @@ for i, (x, y) in enumerate(loader):
             if gate is None or not self._backward_outside(model, loop, gate, site.via) \
                     or self._backward_in_branch(model, loop, gate, site.via):
                 continue
-            for reset in resets_within(model, loop.order, loop.end):
-                fact = reset.fact
-                if not isinstance(fact, Call) or id(fact.node) in reported:
-                    continue
-                if fact.scope is not site.via.scope or not model.always_runs_in(loop, fact):
-                    continue
-                if not reset_covers(model, reset, site.step.optimizer):
-                    continue
-                if reset.target is not None and _prepared(model, reset.target):
-                    continue
-                reported.add(id(fact.node))
+            for fact in _wiping_resets(model, loop, site, reported):
                 opt = site.step.optimizer or "the optimizer"
                 yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-batch while "
                                          f"`{opt}` steps only under an accumulation gate",
@@ -243,20 +248,13 @@ for i, (x, y) in enumerate(loader):
             if inner.scope is not via.scope or not isinstance(inner.node, cst.For) or inner is loop \
                     or not loop.contains(inner.order) or inner.contains(via.order) or inner.end > via.order:
                 continue
-            if not any(_ACCUM_NAME.search((dotted_name(n) or "").rsplit(".", 1)[-1])
-                       for n in walk(inner.node.iter) if isinstance(n, (cst.Name, cst.Attribute))):
+            if not any(_ACCUM_NAME.search(last) for last in _last_names(inner.node.iter)):
                 continue
             if not any(c.scope is via.scope and model.always_runs_in(inner, c)
                        and runs_backward(model, c, accumulating_only=True)
                        for c in model.calls_within(inner.order, inner.end)):
                 continue
-            for reset in resets_within(model, inner.order, inner.end):
-                fact = reset.fact
-                if not isinstance(fact, Call) or id(fact.node) in reported or fact.scope is not via.scope \
-                        or not model.always_runs_in(inner, fact) or not reset_covers(model, reset, site.step.optimizer) \
-                        or (reset.target is not None and _prepared(model, reset.target)):
-                    continue
-                reported.add(id(fact.node))
+            for fact in _wiping_resets(model, inner, site, reported):
                 opt = site.step.optimizer or "the optimizer"
                 yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-step of the "
                                          f"accumulation loop while `{opt}` steps after it",
