@@ -114,6 +114,19 @@ def test_a_project_class_with_dropout_still_fires(tmp_path, capsys):
     assert rc == 1 and "main.py:12:15: TGL201" in out
 
 
+SCRIPT_MODULE = MODE_FREE.replace("import torch.nn as nn", "from torch import jit, nn").replace(
+    "class Net(nn.Module)", "class Net(jit.ScriptModule)")
+
+
+@pytest.mark.parametrize("layer, expect", [("nn.ReLU()", (0, [])), ("nn.Dropout(0.5)", (1, ["TGL201"]))])
+def test_a_project_script_module_is_judged_by_its_layers(tmp_path, capsys, layer, expect):
+    # Kaixhin/PlaNet: models derive from torch.jit.ScriptModule (an nn.Module)
+    write(tmp_path, {"model.py": SCRIPT_MODULE.replace("nn.ReLU()", layer),
+                     "main.py": TRAIN.format(imports="from model import Net", ctor="Net()")})
+    rc, out = check(capsys, "main.py")
+    assert (rc, codes(out)) == expect
+
+
 def test_a_base_class_in_a_third_file_decides(tmp_path, capsys):
     base = "import torch.nn as nn\n\n\nclass Base(nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
            "        self.norm = nn.{layer}(4)\n"

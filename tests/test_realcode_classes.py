@@ -801,3 +801,106 @@ def test_attribute_accumulator_reset_each_iteration_then_accumulated_in_both_bra
 def test_attribute_accumulator_never_reset_still_fires():
     found = codes(_STRATEGY.replace("{reset}", "pass"))
     assert found and {c for c, _ in found} == {"TGL101"}
+
+
+# -- a whole-module checkpoint the file saves and restores itself ---------------------------------
+_SAVED_AND_RESTORED = """
+    import torch
+    import torch.nn as nn
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.MaxPool2d(2){extra})
+            self.fc = nn.Linear(16 * 15 * 15, 10)
+        def forward(self, x):
+            return self.fc(self.layer(x).flatten(1))
+
+    model = CNN()
+    optimizer = torch.optim.Adam(model.parameters())
+    try:
+        model = torch.load({load})
+    except Exception:
+        pass
+    for epoch in range(3):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = loss_func(model(x), y)
+            loss.backward()
+            optimizer.step()
+        torch.save(model, './cifar_model.pkl')
+    correct = 0
+    for x, y in test_loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+    """
+
+
+def test_model_restored_from_its_own_checkpoint_is_judged_by_what_was_saved():
+    # GunhoChoi/PyTorch-FastCampus CNN_CIFAR10: the loaded model is the CNN the notebook saved
+    assert codes(_SAVED_AND_RESTORED.format(extra="", load="'./cifar_model.pkl'")) == []
+
+
+def test_restored_checkpoint_of_a_model_with_dropout_still_fires():
+    assert codes(_SAVED_AND_RESTORED.format(extra=", nn.Dropout(0.5)", load="'./cifar_model.pkl'")) == [
+        ("TGL201", 27)]
+
+
+def test_checkpoint_from_elsewhere_is_unknown_and_still_fires():
+    # nothing in the file saves to this path: the loaded module may hold any layer
+    assert codes(_SAVED_AND_RESTORED.format(extra="", load="'./pretrained.pkl'")) == [("TGL201", 27)]
+
+
+def test_loaded_generator_sampled_on_noise_is_not_taken_for_batch_norm_only():
+    # the noise-sampling exemption needs every construction visible: a load from
+    # elsewhere may hold dropout
+    src = """
+        import torch
+        import torch.nn as nn
+        netG = torch.load("g.pt")
+        opt = torch.optim.Adam(netG.parameters())
+        for step in range(10):
+            opt.zero_grad()
+            loss = netG(torch.randn(8, 4)).sum()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                fake = netG(torch.randn(8, 4))
+        """
+    assert codes(src) == [("TGL201", 12)]
+
+
+
+# -- a loop that never starts a second iteration ----------------------------------------------------
+_ONE_BATCH = """
+    import torch
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    {outer}for x, y in loader:
+    {pad}    {skip}
+    {pad}    loss = (model(x) - y).pow(2).mean()
+    {pad}    loss.backward(retain_graph=True)
+    {pad}    opt.step()
+    {pad}    losses.append(loss)
+    {pad}    {exit}
+    """
+
+
+def _one_batch(outer: str = "", skip: str = "pass", exit: str = "break") -> list[tuple[str, int]]:
+    pad = "    " if outer else ""
+    return codes(_ONE_BATCH.format(outer=outer + ("\n    " + pad if outer else ""), pad=pad, skip=skip, exit=exit))
+
+
+def test_loop_that_exits_after_its_first_batch_is_not_a_training_loop():
+    # GunhoChoi/PyTorch-FastCampus GradCAM: ``for image, label in test_loader: ...; break``
+    assert _one_batch() == []
+    assert _one_batch(exit="raise SystemExit") == []
+
+
+def test_one_batch_loop_inside_an_epoch_loop_still_fires():
+    assert _one_batch(outer="for epoch in range(3):") == [("TGL102", 10), ("TGL001", 11), ("TGL101", 12)]
+
+
+def test_loop_whose_exit_a_continue_or_a_condition_can_skip_still_fires():
+    assert _one_batch(skip="if x is None: continue") == [("TGL102", 9), ("TGL001", 10), ("TGL101", 11)]
+    assert _one_batch(exit="if len(losses) > 3: break") == [("TGL102", 9), ("TGL001", 10), ("TGL101", 11)]

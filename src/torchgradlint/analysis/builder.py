@@ -64,6 +64,32 @@ def _parallel_pairs(node: cst.Assign) -> Optional[list[tuple[cst.BaseExpression,
     return pairs
 
 
+_NESTED = (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def _runs_once(node: cst.CSTNode) -> bool:
+    """Whether the loop ``node`` never starts a second iteration: a statement
+    of its body (not nested in a branch) is ``break``, ``return`` or
+    ``raise``, and no ``continue`` of this loop can skip it."""
+    body = getattr(node.body, "body", ())
+    exits = False
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+                isinstance(small, (cst.Break, cst.Return, cst.Raise)) for small in stmt.body):
+            exits = True
+            break
+    if not exits:
+        return False
+    stack = list(body)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, cst.Continue):
+            return False
+        if not isinstance(item, _NESTED):
+            stack.extend(children(item))
+    return True
+
+
 class _ScopeState:
     __slots__ = ("scope", "loops", "blocks", "regions", "statements")
 
@@ -83,6 +109,7 @@ class _Builder:
         self.pending_scope: dict[int, Scope] = {}
         self.pending_region: dict[int, Region] = {}
         self.open_regions: dict[int, Region] = {}  # id(With) -> region, to set .end
+        self.one_shot: set[int] = set()  # ids of loops that never start a second iteration (:func:`_runs_once`)
         self.classes: list[Optional[ClassInfo]] = []
 
     # -- helpers ---------------------------------------------------------------
@@ -162,6 +189,8 @@ class _Builder:
             if st.statements and st.statements[-1] is node:
                 st.statements.pop()
         if name in ("For", "While"):
+            if id(node) in self.one_shot:
+                return
             loop = self.st.loops.pop()
             loop.end = self.n
         elif name in ("FunctionDef", "ClassDef"):
@@ -264,9 +293,14 @@ class _Builder:
 
     def v_Loop(self, node: cst.CSTNode) -> None:
         st = self.st
-        loop = Loop(node, st.scope, st.loops[-1] if st.loops else None, self.n)
-        self.m.loops.append(loop)
-        st.loops.append(loop)
+        if _runs_once(node):
+            # ``for x, y in loader: ...; break``: one iteration at most, so no
+            # iteration's state reaches another; its body is straight-line code
+            self.one_shot.add(id(node))
+        else:
+            loop = Loop(node, st.scope, st.loops[-1] if st.loops else None, self.n)
+            self.m.loops.append(loop)
+            st.loops.append(loop)
         if isinstance(node, cst.For):
             targets: list[Target] = []
             unpacked = _flatten_targets(node.target, targets)

@@ -58,8 +58,10 @@ _MODULE_METHODS = frozenset({"parameters", "named_parameters", "eval", "modules"
                              "named_buffers"})
 _WRAPPERS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
                        "requires_grad_", "share_memory"})
-_MODULE_BASES = frozenset({"torch.nn.Module", "pytorch_lightning.LightningModule", "lightning.LightningModule",
-                           "lightning.pytorch.LightningModule", "pytorch_lightning.core.LightningModule"})
+# ``torch.jit.ScriptModule`` is an ``nn.Module`` subclass (PlaNet's models derive from it).
+_MODULE_BASES = frozenset({"torch.nn.Module", "torch.jit.ScriptModule", "pytorch_lightning.LightningModule",
+                           "lightning.LightningModule", "lightning.pytorch.LightningModule",
+                           "pytorch_lightning.core.LightningModule"})
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer"})
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 _PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
@@ -423,6 +425,10 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         built = _factory_returns_sensitive(model, qn, seen)
         if built is not None:
             return built
+    if qn == "torch.load":
+        saved = _saved_to(model, node, seen)
+        if saved is not None:
+            return any(_expr_sensitive(model, v, seen | {_LOADED}) for v in saved)
     last = qn.rsplit(".", 1)[-1]
     if qn.startswith("torch.nn."):
         if MODE_LAYER.search(last) or any(a.keyword and a.keyword.value == "dropout"
@@ -450,6 +456,56 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                    for a in node.args)
     return _outside(model, qn) is not False  # a class of the project: the index may know it
+
+
+_LOADED = "<torch.load>"
+
+
+def _saved_to(model: FileModel, load: cst.Call, seen: frozenset[str]) -> Optional[list]:
+    """For ``torch.load(path)``, the objects this file itself pickles to
+    that path (``torch.save(model, path)``: a notebook's checkpoint restored
+    in a later cell is the model it saved), each as the values its name is
+    bound to apart from loads (a load of what was loaded adds no class).
+    ``None`` (unknown) when the path is no literal (nor a name bound to one),
+    nothing in the file saves to it, or a saved object's bindings are not all
+    visible. PyTorch docs: ``torch.save`` / ``torch.load`` ("Saving and
+    loading models": the whole module is pickled)."""
+    if _LOADED in seen:
+        return []
+    path = _path_literal(model, load.args[0].value if load.args and load.args[0].keyword is None
+                         else next((a.value for a in load.args if a.keyword and a.keyword.value == "f"), None))
+    if path is None:
+        return None
+    out: list = []
+    for c in model.calls:
+        if c.qualname != "torch.save" or _path_literal(model, c.arg(1, "f")) != path:
+            continue
+        obj = c.arg(0, "obj")
+        if obj is None:
+            return None
+        obj = unwrap(obj)
+        if not isinstance(obj, cst.Name):
+            out.append(obj)
+            continue
+        values = _bound_values(model, obj.value, seen)
+        if values is None:
+            return None
+        out.extend(v for v in values if not (isinstance(unwrap(v), cst.Call)
+                                             and model.qualname(unwrap(v).func) == "torch.load"))
+    return out or None
+
+
+def _path_literal(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
+    """The text of a string-literal path, directly or through a name every
+    binding of which in the file is that same literal."""
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value if isinstance(node.evaluated_value, str) else None
+    if isinstance(node, cst.Name):
+        bindings = [a for a in model.assigns if a.binds(node.value)]
+        texts = {_path_literal(model, a.value) if a.kind == "assign" and not a.unpacked
+                 and isinstance(a.value, cst.SimpleString) else None for a in bindings}
+        return texts.pop() if len(texts) == 1 else None
+    return None
 
 
 def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str]) -> Optional[bool]:
@@ -561,6 +617,12 @@ def statistics_free_at(model: FileModel, call: Call, text: str) -> bool:
 def _constructions_free_of(model: FileModel, call: Call, text: str, pattern: "re.Pattern[str]") -> bool:
     here = _built_values(model, text, model.reaching_bindings(text, call))
     ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
+    loaded = [v for v in ctors if isinstance(v, cst.Call) and model.qualname(v.func) == "torch.load"]
+    for v in loaded:  # a checkpoint of the whole module: what this file saved there, else not visible
+        saved = _saved_to(model, v, frozenset())
+        if saved is None:
+            return False
+        ctors = [c for c in ctors if c is not v] + [unwrap(c) for c in saved]
     return bool(ctors) and all(
         isinstance(v, cst.Call) and _code_free_of(model, model.module.code_for_node(v), pattern, set())
         for v in ctors)
