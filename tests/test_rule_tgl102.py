@@ -294,3 +294,36 @@ def test_reused_after_a_step_is_reported_past_a_helper_that_backpropagates():
 def test_a_step_over_other_modules_is_not_a_reuse_defect():
     # opt_ge steps E only: the later backward goes through G and D, whose saved weights did not change
     assert messages(_STEPPED_BETWEEN.format(params="pass", arg="E.parameters()", between="pass")) == []
+
+
+_RESTORED_GAN = """
+    import torch
+    import torch.nn as nn
+    generator = nn.DataParallel(nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)))
+    discriminator = nn.DataParallel(nn.Sequential(nn.Linear(2, 8), nn.Linear(8, 1), nn.Sigmoid()))
+    gen_optim = torch.optim.Adam(generator.parameters())
+    dis_optim = torch.optim.Adam(discriminator.parameters())
+    try:
+        generator, discriminator = torch.load('./model/vanilla_gan.pkl')
+    except Exception:
+        pass
+    for epoch in range(10):
+        for image, _ in loader:
+            dis_optim.zero_grad()
+            gen_fake = generator{call}(torch.randn(8, 4))
+            dis_loss = loss_func(discriminator{call}(gen_fake), zeros) + loss_func(discriminator{call}(image), ones)
+            dis_loss.backward(retain_graph=True)
+            dis_optim.step()
+            gen_optim.zero_grad()
+            gen_fake = generator{call}(torch.randn(8, 4))
+            gen_loss = loss_func(discriminator{call}(gen_fake), ones)
+            gen_loss.backward()
+            gen_optim.step()
+"""
+
+
+@pytest.mark.parametrize("call", ["", ".forward"])
+def test_module_called_through_forward_is_no_graph_built_before_the_loop(call):
+    # GunhoChoi/PyTorch-FastCampus GAN_Basic: ``generator.forward(z)`` read ``generator`` (restored
+    # from a checkpoint before the loop) as a value that may carry a graph into every iteration
+    assert lines(_RESTORED_GAN.format(call=call)) == [17]

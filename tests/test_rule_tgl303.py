@@ -99,7 +99,6 @@ def test_near_misses_are_silent():
         d = probs.argmax(1)
         e = ce(F.log_softmax(logits, 1), y)
         f = bce(torch.sigmoid(logits), t)
-        g = F.cross_entropy(torch.sigmoid(logits), y)
     """) == []
 
 
@@ -139,3 +138,71 @@ def test_ambiguous_binding_is_silent():
             out = z
         loss = F.cross_entropy(out, y)
     """) == []
+
+
+def test_sigmoid_outputs_into_cross_entropy_and_nll():
+    # GunhoChoi/PyTorch-FastCampus InfoGAN: a 10-way code head ending in nn.Sigmoid into CrossEntropyLoss
+    assert lines("""
+        import torch
+        from torch import nn
+        import torch.nn.functional as F
+        head = nn.Sequential(nn.Linear(8, 10), nn.Sigmoid())
+        ce = nn.CrossEntropyLoss()
+        a = ce(head(x), y)
+        b = F.cross_entropy(torch.sigmoid(z), y)
+        c = F.nll_loss(z.sigmoid(), y)
+        d = nn.BCELoss()(head(x), t)
+        e = F.binary_cross_entropy(torch.sigmoid(z), t)
+    """) == [7, 8, 9]
+
+
+_TUPLE_FORWARD = """
+    import torch
+    from torch import nn
+
+    class Discriminator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Sequential(nn.Linear(8, 1), nn.Sigmoid())
+            self.fc2 = {code_head}
+        def forward(self, x):
+            output = self.fc(x)
+            label = self.fc2(x)
+            return output, label
+
+    discriminator = nn.DataParallel(Discriminator())
+    cat_loss_func = nn.CrossEntropyLoss()
+    gan_loss_func = nn.BCELoss()
+    try:
+        discriminator = torch.load('./model/infogan.pkl')
+    except Exception:
+        pass
+    for x, code in loader:
+        dis_fake, label_fake = discriminator.forward(x)
+        loss = gan_loss_func(dis_fake, ones) + cat_loss_func(label_fake, code)
+        loss.backward()
+        torch.save(discriminator, './model/infogan.pkl')
+"""
+
+
+def test_element_of_a_tuple_returning_forward_through_wrapper_forward_and_own_checkpoint():
+    assert lines(_TUPLE_FORWARD.format(code_head="nn.Sequential(nn.Linear(8, 10), nn.Sigmoid())")) == [24]
+
+
+def test_logit_code_head_beside_a_sigmoid_score_is_silent():
+    # the sigmoid score goes to BCELoss (right); element 1 is logits
+    assert lines(_TUPLE_FORWARD.format(code_head="nn.Linear(8, 10)")) == []
+
+
+def test_checkpoint_from_elsewhere_leaves_the_module_unknown():
+    src = _TUPLE_FORWARD.format(code_head="nn.Sequential(nn.Linear(8, 10), nn.Sigmoid())")
+    assert lines(src.replace("torch.load('./model/infogan.pkl')", "torch.load('./pretrained.pkl')")) == []
+
+
+def test_unpacked_checkpoint_of_several_modules_takes_its_element():
+    src = _TUPLE_FORWARD.format(code_head="nn.Sequential(nn.Linear(8, 10), nn.Sigmoid())")
+    src = src.replace("discriminator = torch.load('./model/infogan.pkl')",
+                      "generator, discriminator = torch.load('./model/infogan.pkl')")
+    assert lines(src.replace("torch.save(discriminator,", "torch.save([generator, discriminator],")) == [24]
+    # the saved list holds another module at that position: unknown, silent
+    assert lines(src.replace("torch.save(discriminator,", "torch.save([discriminator, generator],")) == []

@@ -472,17 +472,11 @@ def _saved_to(model: FileModel, load: cst.Call, seen: frozenset[str]) -> Optiona
     loading models": the whole module is pickled)."""
     if _LOADED in seen:
         return []
-    path = _path_literal(model, load.args[0].value if load.args and load.args[0].keyword is None
-                         else next((a.value for a in load.args if a.keyword and a.keyword.value == "f"), None))
-    if path is None:
+    saves = saved_objects(model, load)
+    if saves is None:
         return None
     out: list = []
-    for c in model.calls:
-        if c.qualname != "torch.save" or _path_literal(model, c.arg(1, "f")) != path:
-            continue
-        obj = c.arg(0, "obj")
-        if obj is None:
-            return None
+    for obj, _ in saves:
         obj = unwrap(obj)
         if not isinstance(obj, cst.Name):
             out.append(obj)
@@ -492,6 +486,25 @@ def _saved_to(model: FileModel, load: cst.Call, seen: frozenset[str]) -> Optiona
             return None
         out.extend(v for v in values if not (isinstance(unwrap(v), cst.Call)
                                              and model.qualname(unwrap(v).func) == "torch.load"))
+    return out or None
+
+
+def saved_objects(model: FileModel, load: cst.Call) -> Optional[list[tuple[cst.BaseExpression, Call]]]:
+    """For ``torch.load(path)`` with a literal path (or a name bound only to
+    one), each object this file passes to ``torch.save(obj, path)`` with the
+    same path, with that save call; ``None`` when the path is not literal,
+    nothing saves to it, or a save's object cannot be read."""
+    path = _path_literal(model, load.args[0].value if load.args and load.args[0].keyword is None
+                         else next((a.value for a in load.args if a.keyword and a.keyword.value == "f"), None))
+    if path is None:
+        return None
+    out = []
+    for c in model.calls:
+        if c.qualname == "torch.save" and _path_literal(model, c.arg(1, "f")) == path:
+            obj = c.arg(0, "obj")
+            if obj is None:
+                return None
+            out.append((obj, c))
     return out or None
 
 

@@ -13,8 +13,9 @@ ctx-tensors        TGL104       >= 1 custom-Function output stored on its ctx an
                                 was modified in place (a silently wrong gradient)
 nan-parameters     TGL305       >= 1 non-finite parameter element after an optimizer step
 probability-input  TGL303       >= 1 cross_entropy/nll_loss call whose input rows are
-                                probabilities, or binary_cross_entropy_with_logits call whose
-                                input is a sigmoid output: the loss has a floor above 0
+                                probabilities or sigmoid outputs, or
+                                binary_cross_entropy_with_logits call whose input is a
+                                sigmoid output: the loss has a floor above 0
 =================  ===========  ==========================================================
 """
 
@@ -507,7 +508,8 @@ class ProbabilityInputProbe(Probe):
     call (the module losses call these too) for probabilities.
 
     A call counts when the input's class rows all lie on the probability simplex (values in [0, 1],
-    row sums 1 within 1e-3) for ``cross_entropy``/``nll_loss``, or, for
+    row sums 1 within 1e-3) for ``cross_entropy``/``nll_loss``, or lie in [0, 1] and were made by
+    ``sigmoid`` (a code head ending in ``nn.Sigmoid``: the same floor), or, for
     ``binary_cross_entropy_with_logits``, all input values lie in [0, 1] and, when autograd recorded
     how the input was made, it was made by ``sigmoid`` (its ``grad_fn``, through view and copy nodes:
     :func:`produced_by`; the logits of a fresh discriminator often lie in [0, 1] too).
@@ -523,7 +525,7 @@ class ProbabilityInputProbe(Probe):
 
     name = "probability-input"
     unit = "calls"
-    threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities, or "
+    threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities or sigmoid outputs, or "
                  "binary_cross_entropy_with_logits call whose input is a sigmoid output (a loss floor above 0)")
 
     def __init__(self) -> None:
@@ -570,7 +572,19 @@ class ProbabilityInputProbe(Probe):
             self.attribute("TGL303", f"{name} fed values in [0, 1] (loss floor 0.313 nats)")
             return
         rows = _class_last(x)
-        if rows.shape[1] < 2 or not bool(((rows.sum(1) - 1).abs() <= _SIMPLEX_TOL).all()):
+        if rows.shape[1] < 2:
+            return
+        if not bool(((rows.sum(1) - 1).abs() <= _SIMPLEX_TOL).all()):
+            # not a softmax: a sigmoid's outputs lie in (0, 1) too, and cross-entropy's log_softmax
+            # of them has the same floor (a one-hot row is the best they can do)
+            if grad_fn is None or not produced_by(grad_fn, _SIGMOIDS):
+                return
+            self.probability_calls += 1
+            self.losses.add(name)
+            self.attribute("TGL303", f"{name} fed sigmoid outputs" +
+                           (f" (loss floor {ce_floor(rows.shape[1]):.3f} nats)" if name == "cross_entropy" else ""))
+            if name == "cross_entropy":
+                self.floor = ce_floor(rows.shape[1])
             return
         self.probability_calls += 1
         self.losses.add(name)

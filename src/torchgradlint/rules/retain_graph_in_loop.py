@@ -235,7 +235,7 @@ def _same_file_call(model: FileModel, node) -> bool:
 def _value_names(node) -> set[str]:
     """Dotted names ``node`` reads as values: operands, arguments and method
     receivers, not the functions or modules it calls (``model`` in
-    ``model(x)``)."""
+    ``model(x)`` and ``model.forward(x)``)."""
     found: set[str] = set()
     todo = [node]
     while todo:
@@ -248,7 +248,8 @@ def _value_names(node) -> set[str]:
         if isinstance(n, cst.Call):
             todo += [a.value for a in n.args]
             if isinstance(n.func, cst.Attribute):
-                todo.append(n.func.value)  # ``dist.log_prob(y)``: the receiver's value flows in
+                if n.func.attr.value != "forward":  # ``generator.forward(z)`` calls the module
+                    todo.append(n.func.value)  # ``dist.log_prob(y)``: the receiver's value flows in
             elif not isinstance(n.func, cst.Name):
                 todo.append(n.func)
             continue

@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..analysis.model import Call, FileModel, Scope, _Located
-from ..analysis.modes import module_classes, unwrap
+from ..analysis.modes import module_classes, saved_objects, unwrap
 from ..analysis.names import dotted_name
 from ..analysis.tree import walk
 from ..analysis.torch_api import (BCE_LOGITS, CE, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES, NLL,
@@ -15,8 +15,12 @@ from ..analysis.torch_api import (BCE_LOGITS, CE, LOGIT_LOSS_FUNCTIONS, LOGIT_LO
 from ..registry import Finding, Rule
 
 _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
-#: which probability each loss must not be fed
-_WRONG_INPUT = {CE: SOFTMAX, NLL: SOFTMAX, BCE_LOGITS: SIGMOID}
+#: which probabilities each loss must not be fed (a sigmoid squashes every logit into (0, 1) as a
+#: softmax does: cross-entropy's log_softmax of them has the same floor)
+_WRONG_INPUT = {CE: (SOFTMAX, SIGMOID), NLL: (SOFTMAX, SIGMOID), BCE_LOGITS: (SIGMOID,)}
+#: module wrappers whose forward is the wrapped module's
+_WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                       "torch.nn.parallel.DistributedDataParallel"})
 _MAX_DEPTH = 8
 
 
@@ -26,7 +30,8 @@ class _Resolver:
 
     def __init__(self, model: FileModel) -> None:
         self.model = model
-        self._forward_kind: dict[str, Optional[str]] = {}
+        self._forward_kind: dict[tuple, Optional[str]] = {}
+        self._loading: set[int] = set()  # ids of the torch.load calls being resolved
 
     # -- where a name's value comes from -------------------------------------------------------
     def origins(self, node: cst.BaseExpression, at: _Located, depth: int) -> Optional[list[tuple]]:
@@ -43,10 +48,18 @@ class _Resolver:
             return None
         binding = model.reaching_binding(text, at)
         if binding is not None and binding.kind != "param":
-            if binding.value is None or binding.unpacked or binding.op is not None \
-                    or binding.kind not in ("assign", "annassign", "for", "walrus"):
-                return None
-            return [(binding.value, binding, binding.kind)]
+            return _origin(binding, text)
+        if binding is None and at.scope is model.module_scope:
+            # script code: ``model = Net()`` then ``try: model = torch.load(ckpt)`` in a later cell;
+            # every binding that may reach ``at`` must resolve (and agree, for a kind)
+            found = []
+            for b in model.reaching_bindings(text, at):
+                origin = _origin(b, text) if b.kind != "param" else None
+                if origin is None:
+                    return None
+                found.extend(origin)
+            if found:
+                return found
         fn = model.enclosing_function(at.scope)
         if fn is None or text not in fn.params or binding is None and any(
                 a.order < at.order for a in model.bindings_of(text, at.scope)):
@@ -87,12 +100,19 @@ class _Resolver:
         return None
 
     # -- constructors ----------------------------------------------------------------------------
-    def constructors(self, node: cst.BaseExpression, at: _Located, depth: int = 0) -> Optional[list[tuple]]:
+    def constructors(self, node: cst.BaseExpression, at: _Located, depth: int = 0,
+                     index: Optional[int] = None) -> Optional[list[tuple]]:
         """The constructor calls (``nn.Softmax(dim=1)``, ``Net()``...) a module-valued expression comes
-        from, with their locations; ``None`` if any origin is not a constructor call."""
+        from, with their locations; ``None`` if any origin is not a constructor call. A
+        ``torch.load(path)`` of what the file itself saves there (``torch.save([gen, disc], path)``;
+        ``index``: the element an unpacking takes) stands for the saved modules."""
         if depth > _MAX_DEPTH:
             return None
         node = unwrap(node)
+        if isinstance(node, cst.Call) and self.model.qualname(node.func) == "torch.load":
+            return self._loaded(node, depth, index)
+        if index is not None:
+            return None
         if isinstance(node, cst.Call):
             return [(node, at)]
         origins = self.origins(node, at, depth + 1)
@@ -102,11 +122,35 @@ class _Resolver:
         for expr, where, kind in origins:
             if kind == "for":
                 return None
-            found = self.constructors(expr, where, depth + 1)
+            found = self.constructors(expr, where, depth + 1, kind if isinstance(kind, int) else None)
             if found is None:
                 return None
             out.extend(found)
-        return out
+        return out or None
+
+    def _loaded(self, load: cst.Call, depth: int, index: Optional[int]) -> Optional[list[tuple]]:
+        if id(load) in self._loading:
+            return []  # the load of a load: adds no constructor
+        saves = saved_objects(self.model, load)
+        if saves is None:
+            return None
+        self._loading.add(id(load))
+        try:
+            out = []
+            for obj, where in saves:
+                obj = unwrap(obj)
+                if index is not None:
+                    if not isinstance(obj, (cst.Tuple, cst.List)) or index >= len(obj.elements) \
+                            or isinstance(obj.elements[index], cst.StarredElement):
+                        return None
+                    obj = obj.elements[index].value
+                found = self.constructors(obj, where, depth + 1)
+                if found is None:
+                    return None
+                out.extend(found)
+            return out
+        finally:
+            self._loading.discard(id(load))
 
     def module_kind(self, node: cst.BaseExpression, at: _Located, depth: int = 0) -> Optional[str]:
         """:data:`SOFTMAX`/:data:`SIGMOID` when the module ``node`` outputs probabilities: an
@@ -122,27 +166,73 @@ class _Resolver:
         qn = self.model.qualname(call.func) or ""
         if qn in PROBABILITY_MODULES:
             return PROBABILITY_MODULES[qn]
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
         if qn in _SEQUENTIAL:
-            positional = [a.value for a in call.args if a.keyword is None and not a.star]
             return self.module_kind(positional[-1], at, depth + 1) if positional else None
+        if qn in _WRAPPERS:  # nn.DataParallel(Net()): the forward is Net's
+            return self.module_kind(positional[0], at, depth + 1) if positional else None
         if "." not in qn and qn in module_classes(self.model):
             return self.forward_kind(qn)
         return None
 
-    def forward_kind(self, cls: str) -> Optional[str]:
-        """The probability kind every ``return`` of ``cls.forward`` gives, else ``None``."""
-        if cls in self._forward_kind:
-            return self._forward_kind[cls]
-        self._forward_kind[cls] = None  # recursion guard
+    def _module_classes(self, node: cst.BaseExpression, at: _Located, depth: int) -> Optional[list[str]]:
+        """The same-file module classes the module ``node`` is built from (through wrappers such
+        as ``nn.DataParallel``), or ``None`` when any constructor is something else."""
+        ctors = self.constructors(node, at, depth)
+        if not ctors:
+            return None
+        out = []
+        for call, where in ctors:
+            qn = self.model.qualname(call.func) or ""
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            if qn in _WRAPPERS and positional:
+                inner = self._module_classes(positional[0], where, depth + 1)
+                if inner is None:
+                    return None
+                out.extend(inner)
+            elif "." not in qn and qn in module_classes(self.model):
+                out.append(qn)
+            else:
+                return None
+        return out
+
+    def element_kind(self, call: cst.BaseExpression, at: _Located, index: int, depth: int) -> Optional[str]:
+        """The probability kind of element ``index`` of what the module call ``call`` returns
+        (``score, label = disc(x)``), when every ``return`` of each same-file module class's
+        ``forward`` gives a tuple with that element; else ``None``."""
+        call = unwrap(call)
+        if not isinstance(call, cst.Call) or depth > _MAX_DEPTH:
+            return None
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            func = func.value
+        classes = self._module_classes(func, at, depth + 1)
+        if not classes:
+            return None
+        kinds = {self.forward_kind(cls, index) for cls in classes}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def forward_kind(self, cls: str, index: Optional[int] = None) -> Optional[str]:
+        """The probability kind every ``return`` of ``cls.forward`` gives (with ``index``: element
+        ``index`` of the tuple every ``return`` gives), else ``None``."""
+        key = (cls, index)
+        if key in self._forward_kind:
+            return self._forward_kind[key]
+        self._forward_kind[key] = None  # recursion guard
         scope = self.model._method(cls, "forward", set())
         kinds = set()
         if scope is not None:
             for node in walk(scope.node):
                 if isinstance(node, cst.Return):
                     at = _first_fact_after(self.model, scope, node)
-                    kinds.add(self.prob_kind(node.value, at, 1) if node.value is not None and at else None)
+                    value = node.value
+                    if index is not None:
+                        value = value.elements[index].value if isinstance(value, cst.Tuple) \
+                            and index < len(value.elements) \
+                            and not isinstance(value.elements[index], cst.StarredElement) else None
+                    kinds.add(self.prob_kind(value, at, 1) if value is not None and at else None)
         result = kinds.pop() if len(kinds) == 1 else None
-        self._forward_kind[cls] = result
+        self._forward_kind[key] = result
         return result
 
     # -- values --------------------------------------------------------------------------------
@@ -159,7 +249,8 @@ class _Resolver:
             origins = self.origins(node, at, depth + 1)
             if not origins:
                 return None
-            kinds = {self.prob_kind(expr, where, depth + 1) for expr, where, _ in origins}
+            kinds = {self.element_kind(expr, where, kind, depth + 1) if isinstance(kind, int)
+                     else self.prob_kind(expr, where, depth + 1) for expr, where, kind in origins}
             return kinds.pop() if len(kinds) == 1 else None
         return None
 
@@ -172,6 +263,8 @@ class _Resolver:
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             head = dotted_name(func.value)
+            if method == "forward" and head is not None:  # model.forward(x): the module's output
+                return self.module_kind(func.value, at, depth + 1)
             imported = head is not None and head.split(".")[0] in model.names.aliases
             if method in (SOFTMAX, SIGMOID) and not imported:
                 return method  # x.softmax(dim=-1)
@@ -202,6 +295,35 @@ class _Resolver:
             return None
         kinds = {LOGIT_LOSS_MODULES.get(self.model.qualname(c.func) or "") for c, _ in ctors}
         return kinds.pop() if len(kinds) == 1 else None
+
+
+def _origin(binding, text: str) -> Optional[list[tuple]]:
+    """``[(value, binding, kind)]`` for a binding the resolver follows (``kind``: the binding's
+    kind, or for an unpacking the element's position), else ``None``."""
+    if binding.unpacked and binding.kind == "assign" and binding.op is None:
+        index = _element_index(binding, text)
+        return None if index is None else [(binding.value, binding, index)]
+    if binding.value is None or binding.unpacked or binding.op is not None \
+            or binding.kind not in ("assign", "annassign", "for", "walrus"):
+        return None
+    return [(binding.value, binding, binding.kind)]
+
+
+def _element_index(binding, text: str) -> Optional[int]:
+    """The position of ``text`` in the flat tuple/list target of the unpacking ``binding``
+    (``score, label = disc(x)``: 1 for ``label``), else ``None`` (nested or starred targets)."""
+    node = binding.node
+    if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+        return None
+    target = node.targets[0].target
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    for i, element in enumerate(target.elements):
+        if isinstance(element, cst.StarredElement):
+            return None
+        if dotted_name(element.value) == text:
+            return i
+    return None
 
 
 def _at_scope(scope: Scope) -> _Located:
@@ -282,12 +404,16 @@ class SoftmaxIntoCeLoss(Rule):
     docs = """
 ## What it does
 Checks the input (first argument) of `nn.CrossEntropyLoss` instances and
-`F.cross_entropy`, and of `nn.NLLLoss` / `F.nll_loss`, for a softmax output:
-`F.softmax`, `torch.softmax`, `x.softmax(dim)`, an `nn.Softmax` module, a
-`Sequential` ending in `nn.Softmax`, or a same-file model whose `forward`
-always returns one — followed through local variables, loop variables over
-the probabilities, `self` attributes, and arguments of same-file callers. It
-also checks the input of `nn.BCEWithLogitsLoss` /
+`F.cross_entropy`, and of `nn.NLLLoss` / `F.nll_loss`, for a softmax or
+sigmoid output: `F.softmax`, `torch.softmax`, `x.softmax(dim)`,
+`torch.sigmoid`, an `nn.Softmax` / `nn.Sigmoid` module, a `Sequential` ending
+in one, or a same-file model whose `forward` always returns one (or returns a
+tuple whose element the loss takes: `score, code = disc(x)`) — followed
+through local variables, loop variables over the probabilities, `self`
+attributes, arguments of same-file callers, `model.forward(x)`, wrappers
+(`nn.DataParallel(Net())`) and a checkpoint the file restores from what it
+saved itself (`torch.save([gen, disc], path)` ... `gen, disc =
+torch.load(path)`). It also checks the input of `nn.BCEWithLogitsLoss` /
 `F.binary_cross_entropy_with_logits` for a sigmoid output, and flags
 `torch.log(softmax(...))` / `softmax(...).log()`.
 
@@ -304,7 +430,10 @@ computes the softmax of probabilities: the loss can never fall below a floor
 about 10,000x smaller than with logits (measured 1.19e-4 vs 1.414), so
 training slows to a crawl and ends less accurate (train accuracy 0.893 vs
 0.997 on the same data). `NLLLoss` expects log-probabilities; fed
-probabilities it optimises the wrong quantity. A sigmoid into
+probabilities it optimises the wrong quantity. A sigmoid into cross-entropy
+(a 10-way code head ending in `nn.Sigmoid`, as InfoGAN tutorials write it)
+squashes every logit into (0, 1): the same floor of 1.461 nats for 10
+classes. A sigmoid into
 `BCEWithLogitsLoss` is squashed twice (gradient 4,080x smaller, floor 0.693).
 `log(softmax(x))` underflows to `-inf` for confident logits and gives NaN
 gradients; `log_softmax` is exact.
@@ -354,15 +483,21 @@ probs = F.softmax(logits, dim=1)  # for metrics only
             if loss is None:
                 continue
             arg = call.arg(0, "input")
-            if arg is None or resolver.prob_kind(arg, call) != _WRONG_INPUT[loss]:
+            kind = resolver.prob_kind(arg, call) if arg is not None else None
+            if kind not in _WRONG_INPUT[loss]:
                 continue
             shown = _shown(model, arg)
-            if loss == CE:
+            if loss == CE and kind == SIGMOID:
+                message = (f"{shown} is a sigmoid output fed to cross-entropy, which applies log_softmax itself: "
+                           "values squashed into (0, 1) give the loss a floor (1.461 nats for 10 classes) and "
+                           "shrink its gradients; pass the logits (or use BCELoss/BCEWithLogitsLoss for "
+                           "independent labels)")
+            elif loss == CE:
                 message = (f"{shown} is a softmax output fed to cross-entropy, which applies log_softmax itself: "
                            "the loss has a floor and the gradients of confident mistakes shrink ~10,000x; pass the "
                            "logits (take the softmax only for metrics)")
             elif loss == NLL:
-                message = (f"{shown} is a softmax output fed to NLLLoss, which expects log-probabilities; use "
+                message = (f"{shown} is a {kind} output fed to NLLLoss, which expects log-probabilities; use "
                            "`log_softmax` (or pass the logits to cross_entropy)")
             else:
                 message = (f"{shown} is a sigmoid output fed to a *WithLogits loss, which applies the sigmoid "
