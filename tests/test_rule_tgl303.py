@@ -206,3 +206,48 @@ def test_unpacked_checkpoint_of_several_modules_takes_its_element():
     assert lines(src.replace("torch.save(discriminator,", "torch.save([generator, discriminator],")) == [24]
     # the saved list holds another module at that position: unknown, silent
     assert lines(src.replace("torch.save(discriminator,", "torch.save([discriminator, generator],")) == []
+
+
+_CHATBOT = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Decoder(nn.Module):
+        def __init__(self, hidden, vocab):
+            super().__init__()
+            self.gru = nn.GRU(hidden, hidden)
+            self.out = nn.Linear(hidden, vocab)
+        def forward(self, x, hidden):
+            rnn_output, hidden = self.gru(x, hidden)
+            output = self.out(rnn_output.squeeze(0))
+            output = {last}
+            return output, hidden
+
+    def maskNLLLoss(inp, target, mask):
+        crossEntropy = -torch.log(torch.gather(inp, 1, target.view(-1, 1)).squeeze(1))
+        return crossEntropy.masked_select(mask).mean()
+
+    def train(x, target, mask, decoder, optimizer):
+        loss = 0
+        hidden = None
+        for t in range(target.size(0)):
+            decoder_output, hidden = decoder(x[t:t + 1], hidden)
+            loss += maskNLLLoss(decoder_output, target[t], mask[t])
+        loss.backward()
+
+    def trainIters(pairs, decoder, optimizer):
+        for x, y, m in pairs:
+            train(x, y, m, decoder, optimizer)
+
+    decoder = Decoder(16, 100)
+    decoder = decoder.to("cpu")
+    trainIters(pairs, decoder, torch.optim.Adam(decoder.parameters()))
+"""
+
+
+def test_log_of_a_gathered_softmax_output_in_a_helper_two_calls_from_the_model():
+    # pytorch/tutorials chatbot_tutorial.py: the decoder's forward ends in F.softmax; the loss helper
+    # takes -log(gather(probs)) (inf, then NaN gradients, once a target's probability underflows)
+    assert lines(_CHATBOT.format(last="F.softmax(output, dim=1)")) == [18]
+    assert lines(_CHATBOT.format(last="F.log_softmax(output, dim=1)")) == []

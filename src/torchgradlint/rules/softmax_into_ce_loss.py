@@ -21,7 +21,9 @@ _WRONG_INPUT = {CE: (SOFTMAX, SIGMOID), NLL: (SOFTMAX, SIGMOID), BCE_LOGITS: (SI
 #: module wrappers whose forward is the wrapped module's
 _WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                        "torch.nn.parallel.DistributedDataParallel"})
-_MAX_DEPTH = 8
+_MAX_DEPTH = 12
+#: functions that pick elements of a tensor (probabilities stay probabilities)
+_PICKS = frozenset({"torch.gather", "torch.take_along_dim", "torch.index_select", "torch.masked_select"})
 
 
 class _Resolver:
@@ -259,6 +261,8 @@ class _Resolver:
         qn = model.qualname(node.func) or ""
         if qn in PROBABILITY_FUNCTIONS:
             return PROBABILITY_FUNCTIONS[qn]
+        if qn in _PICKS and node.args:  # torch.gather(probs, 1, idx): the target's probability
+            return self.prob_kind(node.args[0].value, at, depth + 1)
         func = node.func
         if isinstance(func, cst.Attribute):
             method = func.attr.value
@@ -268,7 +272,8 @@ class _Resolver:
             imported = head is not None and head.split(".")[0] in model.names.aliases
             if method in (SOFTMAX, SIGMOID) and not imported:
                 return method  # x.softmax(dim=-1)
-            if method in ("to", "cuda", "cpu", "float", "contiguous", "squeeze", "view", "reshape", "clone"):
+            if method in ("to", "cuda", "cpu", "float", "contiguous", "squeeze", "view", "reshape", "clone",
+                          "gather", "take_along_dim", "index_select", "masked_select"):
                 return self.prob_kind(func.value, at, depth + 1)
         if isinstance(func, cst.Call):  # nn.Softmax(dim=1)(z)
             return self._ctor_kind(func, at, depth + 1)
@@ -377,7 +382,15 @@ def _loss_candidates(model: FileModel):
 
 def _shown(model: FileModel, node: cst.CSTNode) -> str:
     text = model.module.code_for_node(node)
-    return f"`{text}`" if len(text) <= 40 else "the input"
+    if len(text) <= 40:
+        return f"`{text}`"
+    if isinstance(node, cst.Call):  # ``torch.gather(inp, 1, target.view(-1, 1)).squeeze(1)``: name its head
+        head = dotted_name(node.func)
+        if head is not None and len(head) <= 40:
+            return f"`{head}(...)`"
+        if isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Call):
+            return _shown(model, node.func.value)
+    return "the input"
 
 
 class SoftmaxIntoCeLoss(Rule):
