@@ -904,3 +904,53 @@ def test_one_batch_loop_inside_an_epoch_loop_still_fires():
 def test_loop_whose_exit_a_continue_or_a_condition_can_skip_still_fires():
     assert _one_batch(skip="if x is None: continue") == [("TGL102", 9), ("TGL001", 10), ("TGL101", 11)]
     assert _one_batch(exit="if len(losses) > 3: break") == [("TGL102", 9), ("TGL001", 10), ("TGL101", 11)]
+
+
+# -- a notebook that redefines a class in a later cell ----------------------------------------------
+def test_model_built_before_a_class_is_redefined_is_judged_by_the_earlier_definition():
+    # udacity/deep-learning-v2-pytorch "Part 5 - Inference and Validation": a plain MLP validated
+    # under no_grad in training mode, then ``class Classifier`` redefined with dropout (and eval())
+    # only the second model (the class with dropout, built after it is redefined) is reported
+    assert codes(_REDEFINED) == [("TGL201", 39)]
+
+
+_REDEFINED = """# %% cell 1
+import torch
+from torch import nn, optim
+import torch.nn.functional as F
+# %% cell 2
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 64)
+        self.fc2 = nn.Linear(64, 10)
+    def forward(self, x):
+        return F.log_softmax(self.fc2(F.relu(self.fc1(x))), dim=1)
+# %% cell 3
+model = Classifier()
+optimizer = optim.Adam(model.parameters())
+for images, labels in trainloader:
+    optimizer.zero_grad()
+    F.nll_loss(model(images), labels).backward()
+    optimizer.step()
+    with torch.no_grad():
+        ps = model(test_images)
+# %% cell 4
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 64)
+        self.fc2 = nn.Linear(64, 10)
+        self.dropout = nn.Dropout(p=0.2)
+    def forward(self, x):
+        return F.log_softmax(self.fc2(self.dropout(F.relu(self.fc1(x)))), dim=1)
+# %% cell 5
+model = Classifier()
+optimizer = optim.Adam(model.parameters())
+for images, labels in trainloader:
+    optimizer.zero_grad()
+    F.nll_loss(model(images), labels).backward()
+    optimizer.step()
+    with torch.no_grad():
+        ps = model(test_images)
+"""

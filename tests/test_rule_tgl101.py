@@ -368,3 +368,29 @@ def test_an_instance_of_a_class_with_a_hand_written_backward_is_no_tensor():
         losses.append(loss)
     """
     assert lines(source) == [35]
+
+
+_COLLECT = """
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+{init}
+for epoch in range(10):
+    for x, y in loader:
+        {reset}
+        cost = (model(x) - y).pow(2).mean()
+        opt.zero_grad()
+        cost.backward()
+        opt.step()
+        collect['lr'].append(0.1)
+        collect['cost'].append({stored})
+"""
+
+
+def test_list_held_in_a_dict_under_a_constant_key_is_a_store():
+    # rasbt/deeplearning-models cyclical-learning-rate: ``collect['cost'].append(cost)`` every batch
+    found = diags(_COLLECT.format(init="collect = {'lr': [], 'cost': []}", reset="pass", stored="cost"))
+    assert [d.line for d in found] == [14] and "`collect['cost']`" in found[0].message
+    assert lines(_COLLECT.format(init="collect = {'lr': [], 'cost': []}", reset="pass", stored="cost.item()")) == []
+    # rebuilt every iteration: bounded
+    assert lines(_COLLECT.format(init="", reset="collect = {'lr': [], 'cost': []}", stored="cost")) == []

@@ -279,8 +279,9 @@ class _Builder:
 
     def v_ClassDef(self, node: cst.ClassDef) -> None:
         texts = [dotted_name(b.value) or "" for b in node.bases if b.keyword is None]
-        info = ClassInfo(node, node.name.value, [self.m.names.qualify(t) or "" for t in texts], texts)
+        info = ClassInfo(node, node.name.value, [self.m.names.qualify(t) or "" for t in texts], texts, order=self.n)
         self.m.classes[node.name.value] = info
+        self.m.class_versions.setdefault(node.name.value, []).append(info)
         self.classes.append(info)
         scope = Scope("class", node, node.name.value, self.st.scope, self.n)
         self.pending_scope[id(node.body)] = scope

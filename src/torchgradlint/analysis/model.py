@@ -206,6 +206,7 @@ class ClassInfo:
     bases: list[str]
     base_texts: list[str] = field(default_factory=list)
     methods: dict[str, Scope] = field(default_factory=dict)
+    order: int = -1  # pre-order index of the ``class`` statement
 
 
 class FileModel:
@@ -226,7 +227,8 @@ class FileModel:
         self.assigns: list[Assign] = []
         self.regions: list[Region] = []
         self.returns: list[Return] = []
-        self.classes: dict[str, ClassInfo] = {}
+        self.classes: dict[str, ClassInfo] = {}  # the last definition of each name
+        self.class_versions: dict[str, list[ClassInfo]] = {}  # every definition, in source order
         self.functions: dict[str, list[Scope]] = {}
         # ids of ``with`` statement bodies: they always run, so they do not break dominance
         self.with_bodies: set[int] = set()
@@ -316,6 +318,17 @@ class FileModel:
         if self._bindings is None:
             self._index()
         return list(self._bindings.get((text, id(scope)), ()))
+
+    def class_at(self, name: str, order: int) -> Optional[ClassInfo]:
+        """The definition of class ``name`` that a statement at pre-order index
+        ``order`` sees: the last one before it (a notebook that redefines a
+        class in a later cell builds the earlier one before that cell), else
+        the first."""
+        versions = self.class_versions.get(name)
+        if not versions or len(versions) == 1:
+            return self.classes.get(name)
+        before = [c for c in versions if c.order < order]
+        return before[-1] if before else versions[0]
 
     def reaching_binding(self, text: str, at: _Located) -> Optional[Assign]:
         """The binding of ``text`` that certainly reaches ``at``, or ``None``.

@@ -340,11 +340,11 @@ def is_module(model: FileModel, text: Optional[str]) -> bool:
 
 
 # -- does the module's forward depend on its mode? ------------------------------------------
-def _class_sensitive(model: FileModel, name: str, seen: set[str]) -> bool:
+def _class_sensitive(model: FileModel, name: str, seen: set[str], info: "Optional[object]" = None) -> bool:
     if name in seen:
         return False
     seen.add(name)
-    info = model.classes.get(name)
+    info = info if info is not None else model.classes.get(name)
     if info is None:
         return True
     for b in info.bases:
@@ -400,12 +400,14 @@ def _outside(model: FileModel, text: str) -> Optional[bool]:
     return model.project.sensitive(text) if model.project is not None else None
 
 
-def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> bool:
+def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] = frozenset(),
+                    at: Optional[int] = None) -> bool:
     """Whether the module-building expression ``node`` may build a module
     whose forward depends on training mode. A layer named by a variable
     (``nn.Sequential(nn.Linear(2, 5), act, ...)``, ``act()``) counts by
     what every binding of that name in the file builds (:func:`_bound_values`);
-    anything else that is not a call is unknown, so sensitive."""
+    anything else that is not a call is unknown, so sensitive. ``at``: the
+    pre-order index of the binding, for a class the file defines twice."""
     node = unwrap(node)
     if isinstance(node, cst.Lambda):
         return False  # a function, not a module
@@ -450,7 +452,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
                     return True
         return False
     if "." not in qn and last in model.classes:
-        return _class_sensitive(model, last, set())
+        return _class_sensitive(model, last, set(), model.class_at(last, at) if at is not None else None)
     cls = qn.rsplit(".", 1)[0] if last in CLASS_FACTORIES else qn
     if cls in MODE_FREE_LIBRARY_CLASSES:
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
@@ -592,10 +594,10 @@ def _bindings_sensitive(model: FileModel, text: str, bindings: list, functions: 
     when none of them constructs a module (no evidence either way);
     ``functions``: see :func:`_built_values`; ``seen``: the functions and
     variables being resolved (see :func:`_expr_sensitive`)."""
-    built = _built_values(model, text, bindings, functions)
+    built = _built_values(model, text, bindings, functions, with_order=True)
     if not built:
         return None
-    return any(_expr_sensitive(model, value, seen) for value in built)
+    return any(_expr_sensitive(model, value, seen, order) for value, order in built)
 
 
 # Layers whose output is random, or depends on the mode otherwise than batch norm's statistics.
@@ -641,7 +643,8 @@ def _constructions_free_of(model: FileModel, call: Call, text: str, pattern: "re
         for v in ctors)
 
 
-def _built_values(model: FileModel, text: str, bindings: list, functions: bool = False) -> list:
+def _built_values(model: FileModel, text: str, bindings: list, functions: bool = False,
+                  with_order: bool = False) -> list:
     """The values (unwrapped) of ``bindings`` that build a new object for
     ``text``: not ``model, opt = accelerator.prepare(model, opt)`` (an
     unpacking), ``model = model.to(device)``, ``model = accelerator.prepare(model)``
@@ -660,7 +663,7 @@ def _built_values(model: FileModel, text: str, bindings: list, functions: bool =
         if isinstance(value, (cst.Name, cst.Attribute)) or _rewraps_itself(value, text) \
                 or (isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH):
             continue
-        out.append(value)
+        out.append((value, a.order) if with_order else value)
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Assign, FileModel, GradMode, _Located, names_in, walk
+from ..analysis.model import Assign, Call, FileModel, GradMode, _Located, names_in, walk
 from ..analysis.names import dotted_name
 from ..analysis.provenance import (
     backpropagated_names,
@@ -62,6 +62,18 @@ def _reset_before(model: FileModel, s: "_Store") -> Optional[Assign]:
         if b.kind != "augassign":
             return None  # a branch rebinds it to something else
     return None
+
+
+def _keyed_container(receiver: "cst.BaseExpression | None") -> "str | None":
+    """``history`` for ``history['loss']`` / ``history[0]``: a list held in a
+    dict (or list) under a constant key is stored into through its holder
+    (``collect['cost'].append(cost)``)."""
+    if not isinstance(receiver, cst.Subscript) or len(receiver.slice) != 1:
+        return None
+    key = receiver.slice[0].slice
+    if not isinstance(key, cst.Index) or not isinstance(key.value, (cst.SimpleString, cst.Integer)):
+        return None
+    return dotted_name(receiver.value)
 
 
 class LossKeptWithGraph(Rule):
@@ -140,7 +152,8 @@ step.
     # -- store sites ---------------------------------------------------------------
     def _stores(self, model: FileModel) -> Iterator[_Store]:
         for c in model.calls:
-            if c.method in STORE_METHODS and c.receiver_text:
+            container = c.receiver_text or _keyed_container(c.receiver)
+            if c.method in STORE_METHODS and container:
                 v = c.arg(STORE_METHODS[c.method])
                 if v is None:
                     continue
@@ -150,7 +163,7 @@ step.
                     values = [e.value for e in v.elements if isinstance(e, cst.Element)]
                 else:
                     values = [v]
-                yield _Store(c, c.node, c.receiver_text, values, "append")
+                yield _Store(c, c.node, container, values, "append")
         for a in model.assigns:
             if a.value is None or len(a.targets) != 1 or a.unpacked:
                 continue
@@ -361,7 +374,10 @@ step.
                     msg = (f"`{s.container}` accumulates {shown} with {what} across iterations, so memory grows "
                            f"every step; accumulate `{dotted_name(value) or 'x'}.item()` (or `.detach()`) instead")
                 else:
-                    msg = (f"{shown} is stored in `{s.container}` with {what}, kept alive across iterations so "
+                    held = s.container
+                    if isinstance(s.fact, Call) and isinstance(s.fact.receiver, cst.Subscript):
+                        held = model.module.code_for_node(s.fact.receiver)  # ``collect['cost']``
+                    msg = (f"{shown} is stored in `{held}` with {what}, kept alive across iterations so "
                            "memory grows every step; store `.item()` or `.detach()` instead")
                 fix = self._fix(model, s, value)
                 yield s, (Finding.from_text(s.node, msg, fix=fix, fix_safe=True) if fix
