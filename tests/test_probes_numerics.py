@@ -259,3 +259,38 @@ def test_probability_input_sigmoid_into_bce_with_logits():
         torch.nn.functional.binary_cross_entropy_with_logits(torch.sigmoid(z), (z > 0).float())
 
     assert observed(ProbabilityInputProbe, program)["defect"] is True
+
+
+def _log_of(kind: str):
+    def program():
+        import torch.nn.functional as F
+
+        logits = torch.tensor([[0.0, 200.0, -200.0]], requires_grad=True)
+        if kind == "softmax":
+            (-torch.log(torch.gather(F.softmax(logits, dim=1), 1, torch.tensor([[2]])))).sum().backward()
+        elif kind == "method":
+            F.softmax(logits, dim=1).log().sum()
+        elif kind == "log_softmax":
+            (-torch.gather(F.log_softmax(logits, dim=1), 1, torch.tensor([[2]]))).sum().backward()
+        else:  # the log of something else: a positive activation
+            torch.log(F.softplus(logits)).sum()
+    return program
+
+
+def test_probability_input_log_of_a_softmax_output_and_its_underflow():
+    m = observed(ProbabilityInputProbe, _log_of("softmax"))
+    run = m["details"]["runs"]["2"]
+    assert m["defect"] is True and run["losses"] == ["log"] and run["infinite"] == 1
+    assert observed(ProbabilityInputProbe, _log_of("method"))["defect"] is True
+
+
+def test_probability_input_log_softmax_and_other_logs_are_healthy():
+    assert observed(ProbabilityInputProbe, _log_of("log_softmax"))["defect"] is False
+    assert observed(ProbabilityInputProbe, _log_of("other"))["defect"] is False
+
+
+def test_probability_input_restores_log():
+    before = (torch.log, torch.Tensor.log)
+    with ProbabilityInputProbe().observe("cpu", 1):
+        assert torch.log is not before[0] and torch.Tensor.log is not before[1]
+    assert (torch.log, torch.Tensor.log) == before

@@ -15,7 +15,9 @@ nan-parameters     TGL305       >= 1 non-finite parameter element after an optim
 probability-input  TGL303       >= 1 cross_entropy/nll_loss call whose input rows are
                                 probabilities or sigmoid outputs, or
                                 binary_cross_entropy_with_logits call whose input is a
-                                sigmoid output: the loss has a floor above 0
+                                sigmoid output (the loss has a floor above 0), or
+                                torch.log / Tensor.log of a softmax output (-inf where a
+                                probability underflows)
 =================  ===========  ==========================================================
 """
 
@@ -480,12 +482,15 @@ def logit_gradient_ratio(probs: torch.Tensor, target: torch.Tensor) -> torch.Ten
 
 
 _SIGMOIDS = frozenset({"SigmoidBackward0"})
+_SOFTMAXES = frozenset({"SoftmaxBackward0"})
 #: autograd nodes that only move, view or cast values (followed back to the op that made them)
 _PASS_THROUGH = frozenset({"ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0", "UnsqueezeBackward0",
                            "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2", "TBackward0",
                            "PermuteBackward0", "TransposeBackward0", "ExpandBackward0", "SelectBackward0",
                            "SliceBackward0", "CloneBackward0", "ToCopyBackward0", "IndexBackward0",
-                           "CatBackward0", "StackBackward0", "AliasBackward0"})
+                           "CatBackward0", "StackBackward0", "AliasBackward0",
+                           # picks of elements: probabilities stay probabilities
+                           "GatherBackward0", "IndexSelectBackward0", "MaskedSelectBackward0"})
 
 
 def produced_by(grad_fn: Any, names: "frozenset[str]", depth: int = 8) -> bool:
@@ -519,6 +524,10 @@ class ProbabilityInputProbe(Probe):
     the gradient reaches the logits through the softmax, relative to cross-entropy on the logits
     (median over samples).
 
+    ``torch.log`` / ``Tensor.log`` of a tensor made by ``softmax`` (through views, copies and element
+    picks such as ``gather``) counts too: it is ``-inf`` wherever a probability underflowed (the figure
+    counts those values), where ``log_softmax`` is exact.
+
     Attribution: the user's line that called the loss (``criterion(probs, y)``, ``F.nll_loss(...)``).
     Figure: loss calls with probability inputs (count) in the run at N. Threshold: defect when >= 1.
     """
@@ -526,7 +535,8 @@ class ProbabilityInputProbe(Probe):
     name = "probability-input"
     unit = "calls"
     threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities or sigmoid outputs, or "
-                 "binary_cross_entropy_with_logits call whose input is a sigmoid output (a loss floor above 0)")
+                 "binary_cross_entropy_with_logits call whose input is a sigmoid output (a loss floor above 0), "
+                 "or log of a softmax output")
 
     def __init__(self) -> None:
         super().__init__()
@@ -535,6 +545,7 @@ class ProbabilityInputProbe(Probe):
         self.losses: set[str] = set()
         self.floor: Optional[float] = None
         self.ratios: list[float] = []
+        self.infinite = 0  # -inf values out of log(softmax) calls
         self._inside = False
 
     def _install(self, stack: ExitStack) -> None:
@@ -544,6 +555,32 @@ class ProbabilityInputProbe(Probe):
             orig = getattr(F, name)
             setattr(F, name, self._wrap(name, orig))
             stack.callback(setattr, F, name, orig)
+        for owner in (torch, torch.Tensor):  # torch.log(p) and p.log()
+            orig = owner.log
+            setattr(owner, "log", self._wrap_log(orig))
+            stack.callback(setattr, owner, "log", orig)
+
+    def _wrap_log(self, orig: Callable) -> Callable:
+        def log(input: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(input, *args, **kwargs)
+            if not self._inside and isinstance(input, torch.Tensor) and input.grad_fn is not None \
+                    and produced_by(input.grad_fn, _SOFTMAXES):
+                self._inside = True
+                try:
+                    with torch.no_grad():
+                        infinite = int((~torch.isfinite(out)).sum()) if isinstance(out, torch.Tensor) else 0
+                    self.calls += 1
+                    self.probability_calls += 1
+                    self.infinite += infinite
+                    self.losses.add("log")
+                    self.attribute("TGL303", "log of a softmax output" +
+                                   (f" ({infinite} values -inf: a probability underflowed)" if infinite else ""))
+                finally:
+                    self._inside = False
+            return out
+
+        log.__wrapped__ = orig  # type: ignore[attr-defined]
+        return log
 
     def _wrap(self, name: str, orig: Callable) -> Callable:
         def wrapper(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
@@ -601,7 +638,7 @@ class ProbabilityInputProbe(Probe):
         logit-gradient ``ratio`` over the calls (``None`` where not measured)."""
         ratio = sorted(self.ratios)[len(self.ratios) // 2] if self.ratios else None
         return {"calls": self.calls, "probability_calls": self.probability_calls, "losses": sorted(self.losses),
-                "floor": self.floor, "ratio": ratio}
+                "floor": self.floor, "ratio": ratio, "infinite": self.infinite}
 
     @classmethod
     def decide(cls, samples: dict[int, dict]) -> Measurement:
@@ -615,6 +652,8 @@ class ProbabilityInputProbe(Probe):
             display += f", loss floor {s['floor']:.3f} nats"
         if s["ratio"] is not None:
             display += f", logit gradient x{s['ratio']:.3g} (median)"
+        if s.get("infinite"):
+            display += f", {s['infinite']} -inf values out of log(softmax)"
         return Measurement(cls.name, float(s["probability_calls"]), cls.unit, display, cls.threshold, defect,
                            {"runs": {str(k): v for k, v in samples.items()}})
 
