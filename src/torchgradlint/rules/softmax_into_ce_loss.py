@@ -428,7 +428,9 @@ attributes, arguments of same-file callers, `model.forward(x)`, wrappers
 saved itself (`torch.save([gen, disc], path)` ... `gen, disc =
 torch.load(path)`). It also checks the input of `nn.BCEWithLogitsLoss` /
 `F.binary_cross_entropy_with_logits` for a sigmoid output, and flags
-`torch.log(softmax(...))` / `softmax(...).log()`.
+`torch.log(softmax(...))` / `softmax(...).log()`, also of probabilities
+picked from a softmax output (`-torch.log(torch.gather(probs, 1, target))`
+in a loss helper, as the chatbot tutorial writes its masked NLL).
 
 It stays silent on softmax fed to `MSELoss`, `KLDivLoss` (as the target) or
 metrics, on softmax used for `argmax`, on `log_softmax` into CE (harmless),
