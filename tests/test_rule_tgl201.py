@@ -783,3 +783,26 @@ def test_a_switch_back_to_training_in_an_early_exit_does_not_wrap_around():
     """
     assert lines(source, header=False) == []
     assert lines(source.replace("                    return None\n", ""), header=False) == [13]
+
+
+def test_evaluation_loop_names_every_trained_module_in_training_mode():
+    # GunhoChoi/PyTorch-FastCampus autoencoders: encoder and decoder both hold batch norm
+    src = textwrap.dedent("""
+        import torch
+        from torch import nn
+        encoder = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+        decoder = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+        free = nn.Linear(4, 4)
+        optimizer = torch.optim.Adam([*encoder.parameters(), *decoder.parameters(), *free.parameters()])
+        for x in train_loader:
+            optimizer.zero_grad()
+            free(decoder(encoder(x))).sum().backward()
+            optimizer.step()
+        for x in test_loader:
+            code = encoder(x)
+            out = free(decoder(code))
+    """)
+    found = [d for d in lint_source(src, "x.py", [NoGradWithoutEval]).diagnostics if d.code == "TGL201"]
+    assert [d.line for d in found] == [12]
+    assert "evaluates `encoder` and `decoder` after training them" in found[0].message
+    assert "call `encoder.eval()` and `decoder.eval()` before the loop" in found[0].detail

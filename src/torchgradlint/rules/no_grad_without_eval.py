@@ -116,13 +116,13 @@ for epoch in range(epochs):
         enabled and no backward: an evaluation pass without ``no_grad`` after
         training the module (or passing it to a same-file helper that leaves
         it in training mode) in the same function, still in training mode."""
-        reported: set[int] = set()
+        found: dict[int, tuple] = {}  # id(loop) -> (loop, module texts in call order)
         for call in model.calls:
             loop = call.loop
-            if loop is None or id(loop) in reported or model.grad_mode(call) is GradMode.DISABLED:
+            if loop is None or model.grad_mode(call) is GradMode.DISABLED:
                 continue
             text = _module_text(call)
-            if text is None or not is_module_at(model, call, text):
+            if text is None or text in found.get(id(loop), (None, []))[1] or not is_module_at(model, call, text):
                 continue
             if not iterates_data(model, loop) or loop_trains(model, loop) or any(
                     optimizer_step(model, c) for c in model.calls_within(loop.order, loop.end)):
@@ -131,12 +131,16 @@ for epoch in range(epochs):
                 continue
             if recalibrates_statistics(model, call) or _during_construction(model, call.scope):
                 continue
-            reported.add(id(loop))
+            found.setdefault(id(loop), (loop, []))[1].append(text)
+        for loop, texts in found.values():
+            names = " and ".join(f"`{t}`" for t in texts)
+            evals = " and ".join(f"`{t}.eval()`" for t in texts)
+            trains = " and ".join(f"`{t}.train()`" for t in texts)
             yield Finding.from_text(loop.node, (
-                f"this loop evaluates `{text}` after training it, without `{text}.eval()`: dropout stays active "
-                "and batch-norm running statistics are overwritten by evaluation data (and without "
-                f"`torch.no_grad()` every batch builds a graph); call `{text}.eval()` before the loop and "
-                f"`{text}.train()` after"))
+                f"this loop evaluates {names} after training {'it' if len(texts) == 1 else 'them'}, without "
+                f"{evals}: dropout stays active and batch-norm running statistics are overwritten by evaluation "
+                f"data (and without `torch.no_grad()` every batch builds a graph); call {evals} before the loop "
+                f"and {trains} after"))
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         if foreign_framework_file(model):
