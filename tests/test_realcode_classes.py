@@ -954,3 +954,32 @@ for images, labels in trainloader:
     with torch.no_grad():
         ps = model(test_images)
 """
+
+
+def test_top_level_call_runs_the_function_defined_before_it():
+    # deep-learning-with-pytorch/dlwpt-code p1ch8: ``def validate(model, ...)`` in one cell is called
+    # there on a plain CNN; a later cell redefines ``validate`` and calls it on a model with dropout
+    src = """# %% cell 1
+import torch
+from torch import nn
+def training_loop(model, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+# %% cell 2
+model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+training_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+def validate(model):
+    with torch.no_grad():
+        return [model(x) for x, _ in val_loader]
+validate(model)
+# %% cell 3
+def validate(model):
+    with torch.no_grad():
+        return [model(x) for x, _ in val_loader]
+model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.4), nn.Linear(4, 2))
+training_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+validate(model)
+"""
+    assert codes(src) == [("TGL201", 19)]

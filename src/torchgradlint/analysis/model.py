@@ -435,7 +435,8 @@ class FileModel:
     def resolve_callee(self, call: Call) -> list[Scope]:
         """Same-file function scopes a call may invoke.
 
-        ``f(...)`` resolves to top-level or sibling functions named ``f``;
+        ``f(...)`` resolves to top-level or sibling functions named ``f`` (a
+        top-level call, to the top-level definition bound when it runs);
         ``self.f(...)``/``cls.f(...)`` to methods named ``f`` of the caller's
         class; ``Class.f(...)`` to that class's method. Unknown receivers
         resolve to nothing.
@@ -444,7 +445,15 @@ class FileModel:
         if not text:
             return []
         if "." not in text:
-            return [s for s in self.functions.get(text, []) if s.class_name is None]
+            found = [s for s in self.functions.get(text, []) if s.class_name is None]
+            if len(found) > 1 and call.scope is self.module_scope \
+                    and all(s.parent is self.module_scope for s in found):
+                # script or notebook code that redefines ``f`` in a later cell: a top-level call
+                # runs the definition bound when it runs, the last one before it
+                before = [s for s in found if s.order < call.order]
+                if before:
+                    return [before[-1]]
+            return found
         head, _, rest = text.rpartition(".")
         if "." in rest:
             return []
