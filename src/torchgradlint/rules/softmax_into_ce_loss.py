@@ -142,10 +142,9 @@ class _Resolver:
             for obj, where in saves:
                 obj = unwrap(obj)
                 if index is not None:
-                    if not isinstance(obj, (cst.Tuple, cst.List)) or index >= len(obj.elements) \
-                            or isinstance(obj.elements[index], cst.StarredElement):
+                    obj = _element(obj, index, (cst.Tuple, cst.List))  # ``torch.save([gen, disc], path)``
+                    if obj is None:
                         return None
-                    obj = obj.elements[index].value
                 found = self.constructors(obj, where, depth + 1)
                 if found is None:
                     return None
@@ -154,49 +153,32 @@ class _Resolver:
         finally:
             self._loading.discard(id(load))
 
-    def module_kind(self, node: cst.BaseExpression, at: _Located, depth: int = 0) -> Optional[str]:
+    def module_kind(self, node: cst.BaseExpression, at: _Located, depth: int = 0,
+                    index: Optional[int] = None) -> Optional[str]:
         """:data:`SOFTMAX`/:data:`SIGMOID` when the module ``node`` outputs probabilities: an
         ``nn.Softmax``/``nn.Sigmoid``, a ``Sequential`` ending in one, a same-file module whose
-        ``forward`` always returns them."""
+        ``forward`` always returns them. With ``index``: element ``index`` of the tuple every
+        ``forward`` of the same-file module classes it is built from returns."""
         ctors = self.constructors(node, at, depth)
         if not ctors:
             return None
-        kinds = {self._ctor_kind(c, where, depth) for c, where in ctors}
+        kinds = {self._ctor_kind(c, where, depth, index) for c, where in ctors}
         return kinds.pop() if len(kinds) == 1 else None
 
-    def _ctor_kind(self, call: cst.Call, at: _Located, depth: int) -> Optional[str]:
+    def _ctor_kind(self, call: cst.Call, at: _Located, depth: int, index: Optional[int] = None) -> Optional[str]:
         qn = self.model.qualname(call.func) or ""
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        if qn in _WRAPPERS:  # nn.DataParallel(Net()): the forward is Net's
+            return self.module_kind(positional[0], at, depth + 1, index) if positional else None
+        if "." not in qn and qn in module_classes(self.model):
+            return self.forward_kind(qn, index)
+        if index is not None:
+            return None  # a layer's output is one tensor, not a tuple of outputs
         if qn in PROBABILITY_MODULES:
             return PROBABILITY_MODULES[qn]
-        positional = [a.value for a in call.args if a.keyword is None and not a.star]
         if qn in _SEQUENTIAL:
             return self.module_kind(positional[-1], at, depth + 1) if positional else None
-        if qn in _WRAPPERS:  # nn.DataParallel(Net()): the forward is Net's
-            return self.module_kind(positional[0], at, depth + 1) if positional else None
-        if "." not in qn and qn in module_classes(self.model):
-            return self.forward_kind(qn)
         return None
-
-    def _module_classes(self, node: cst.BaseExpression, at: _Located, depth: int) -> Optional[list[str]]:
-        """The same-file module classes the module ``node`` is built from (through wrappers such
-        as ``nn.DataParallel``), or ``None`` when any constructor is something else."""
-        ctors = self.constructors(node, at, depth)
-        if not ctors:
-            return None
-        out = []
-        for call, where in ctors:
-            qn = self.model.qualname(call.func) or ""
-            positional = [a.value for a in call.args if a.keyword is None and not a.star]
-            if qn in _WRAPPERS and positional:
-                inner = self._module_classes(positional[0], where, depth + 1)
-                if inner is None:
-                    return None
-                out.extend(inner)
-            elif "." not in qn and qn in module_classes(self.model):
-                out.append(qn)
-            else:
-                return None
-        return out
 
     def element_kind(self, call: cst.BaseExpression, at: _Located, index: int, depth: int) -> Optional[str]:
         """The probability kind of element ``index`` of what the module call ``call`` returns
@@ -208,11 +190,7 @@ class _Resolver:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "forward":
             func = func.value
-        classes = self._module_classes(func, at, depth + 1)
-        if not classes:
-            return None
-        kinds = {self.forward_kind(cls, index) for cls in classes}
-        return kinds.pop() if len(kinds) == 1 else None
+        return self.module_kind(func, at, depth + 1, index)
 
     def forward_kind(self, cls: str, index: Optional[int] = None) -> Optional[str]:
         """The probability kind every ``return`` of ``cls.forward`` gives (with ``index``: element
@@ -227,11 +205,7 @@ class _Resolver:
             for node in walk(scope.node):
                 if isinstance(node, cst.Return):
                     at = _first_fact_after(self.model, scope, node)
-                    value = node.value
-                    if index is not None:
-                        value = value.elements[index].value if isinstance(value, cst.Tuple) \
-                            and index < len(value.elements) \
-                            and not isinstance(value.elements[index], cst.StarredElement) else None
+                    value = node.value if index is None else _element(node.value, index, (cst.Tuple,))
                     kinds.add(self.prob_kind(value, at, 1) if value is not None and at else None)
         result = kinds.pop() if len(kinds) == 1 else None
         self._forward_kind[key] = result
@@ -300,6 +274,15 @@ class _Resolver:
             return None
         kinds = {LOGIT_LOSS_MODULES.get(self.model.qualname(c.func) or "") for c, _ in ctors}
         return kinds.pop() if len(kinds) == 1 else None
+
+
+def _element(node: Optional[cst.BaseExpression], index: int, displays: tuple) -> Optional[cst.BaseExpression]:
+    """Element ``index`` of ``node`` when it is a display of one of the ``displays`` types and that
+    element is not starred, else ``None``."""
+    if not isinstance(node, displays) or index >= len(node.elements) \
+            or isinstance(node.elements[index], cst.StarredElement):
+        return None
+    return node.elements[index].value
 
 
 def _origin(binding, text: str) -> Optional[list[tuple]]:
