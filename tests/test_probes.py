@@ -47,6 +47,36 @@ def test_stale_gradients(program, defect):
         assert m["figure"] == 0
 
 
+@pytest.mark.parametrize("fixture, defect", [
+    ("TGL001/bad_shared_model_grads_by_reference", True), ("TGL001/bad_push_and_pull", True),
+    ("TGL001/ok_shared_model_grads_local_reset", False), ("TGL001/ok_shared_model_grads_zeroed_in_place", False),
+])
+def test_stale_gradients_handed_over_by_reference(fixture, defect):
+    """A3C workers: the shared parameters' gradients are the local model's tensors. The first step
+    finds their owners, so the steps from the third on are the stale ones."""
+    m = run_fixture(fixture, StaleGradientProbe.name)
+    assert m["defect"] is defect
+    assert m["figure"] == (STEPS - 2 if defect else 0)
+
+
+def test_stale_gradients_assigned_by_hand_are_looked_up_once(monkeypatch):
+    """Gradients assigned by hand each step (``p.grad = g``, copies to a mirror model) are healthy,
+    and their owners are looked for once per parameter, not at every step."""
+    import gc
+
+    passes = []
+    real = gc.get_objects
+    monkeypatch.setattr(gc, "get_objects", lambda *a: passes.append(1) or real(*a))
+    counts = []
+    for steps in (STEPS, 4 * STEPS):
+        passes.clear()
+        m = run("stale_ok_assigned_grads", StaleGradientProbe.name, steps)
+        assert m["defect"] is False and m["figure"] == 0
+        counts.append(len(passes))
+    runs = len(StaleGradientProbe.schedule)  # the harness runs the program at N, 2N...
+    assert counts == [2 * runs, 2 * runs]  # one pass per optimizer (at its second step), whatever N
+
+
 def test_a_gradient_holds_its_sum_when_scaled_in_place_not_when_zeroed_or_replaced():
     from torchgradlint.harness.probe_base import grad_mark
     from torchgradlint.harness.probes import _holds

@@ -373,3 +373,115 @@ def test_step_site_marks_steps_inside_helper_training_loops():
     sites = step_sites(model, model.module_scope.order, model.module_scope.end)
     flags = {(s.via.func_text, s.in_helper_loop) for s in sites}
     assert flags == {("optimizer.step", False), ("epoch", True), ("once", False)}
+
+
+# Gradients handed to a shared model by reference (A3C workers): the shared optimizer's
+# zero_grad() sets the shared gradients to None (PyTorch >= 2.0) and never resets the local ones.
+_WORKER = """
+    import torch
+
+    def push(opt, lnet, gnet, loss):
+        opt.zero_grad({flag})
+        {local_reset}
+        loss.backward()
+        for lp, gp in zip(lnet.parameters(), gnet.parameters()):
+            gp.{attr} = {value}
+        opt.step()
+        lnet.load_state_dict(gnet.state_dict())
+    """
+
+
+def _worker(flag: str = "", local_reset: str = "pass", attr: str = "_grad", value: str = "lp.grad") -> list[int]:
+    return lines(_WORKER.format(flag=flag, local_reset=local_reset, attr=attr, value=value))
+
+
+def test_gradients_handed_over_by_reference_and_never_reset_are_flagged():
+    assert _worker() == [10]
+    assert _worker(attr="grad") == [10]  # ``gp.grad = lp.grad`` is the same handoff, not a reset
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"flag": "set_to_none=False"},  # zeroed in place: the local tensors too
+    {"flag": "False"},
+    {"local_reset": "lnet.zero_grad()"},
+    {"local_reset": "for p in lnet.parameters(): p.grad = None"},
+    {"value": "lp.grad.clone()"},  # a copy is not a handoff by reference
+])
+def test_gradients_handed_over_near_misses_are_silent(kwargs):
+    assert _worker(**kwargs) == []
+
+
+def test_handoff_through_a_helper_is_named_at_the_step():
+    src = """
+        import torch
+
+        def ensure_shared_grads(model, shared_model):
+            for param, shared_param in zip(model.parameters(), shared_model.parameters()):
+                if shared_param.grad is not None:
+                    return
+                shared_param._grad = param.grad
+
+        def train(shared_model, optimizer, make, batches):
+            model = make()
+            while True:
+                model.load_state_dict(shared_model.state_dict())
+                loss = model(next(batches)).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                ensure_shared_grads(model, shared_model)
+                optimizer.step()
+        """
+    result = lint_source(textwrap.dedent(src), "x.py", [MissingZeroGrad])
+    [d] = result.diagnostics
+    assert d.line == 18
+    assert d.message == "`optimizer` steps `model`'s gradients, handed to `shared_model` by reference and never reset"
+    assert "ensure_shared_grads(model, shared_model)" in d.detail and "`model.zero_grad()`" in d.detail
+
+
+def test_handoff_of_a_local_model_built_every_iteration_is_silent():
+    assert lines("""
+        import torch
+        for batch in loader:
+            lnet = Net()
+            lnet.load_state_dict(gnet.state_dict())
+            opt.zero_grad()
+            lnet(batch).sum().backward()
+            for lp, gp in zip(lnet.parameters(), gnet.parameters()):
+                gp._grad = lp.grad
+            opt.step()
+        """) == []
+
+
+def test_handoff_in_a_step_function_whose_caller_resets_the_local_model_is_silent():
+    assert lines("""
+        import torch
+
+        def push(opt, lnet, gnet, loss):
+            opt.zero_grad()
+            loss.backward()
+            for lp, gp in zip(lnet.parameters(), gnet.parameters()):
+                gp._grad = lp.grad
+            opt.step()
+
+        for batch in loader:
+            local.zero_grad()
+            push(opt, local, shared, local(batch).sum())
+        """) == []
+
+
+def test_two_handoffs_each_step_named_by_its_own_handoff():
+    src = """
+        import torch
+        for batch in loader:
+            opt_a.zero_grad()
+            opt_b.zero_grad()
+            (agent(batch).sum() + icm(batch).sum()).backward()
+            for lp, gp in zip(agent.parameters(), shared_agent.parameters()):
+                gp._grad = lp.grad
+            opt_a.step()
+            for lp, gp in zip(icm.parameters(), shared_icm.parameters()):
+                gp._grad = lp.grad
+            opt_b.step()
+        """
+    result = lint_source(textwrap.dedent(src), "x.py", [MissingZeroGrad])
+    assert [(d.line, d.message.split("`")[3]) for d in result.diagnostics] == [(9, "agent"), (12, "icm")]

@@ -103,6 +103,15 @@ class StaleGradientProbe(Probe):
       parameter's gradient is still in a stale state, or is the same tensor scaled in
       place since (``unscale_``, ``clip_grad_norm_``) and not zeroed.
 
+    Gradients handed over by reference: an A3C worker backpropagates through a local
+    model and points the shared model's gradients at the local ones
+    (``shared_param._grad = param.grad``) before the shared optimizer steps. From the
+    second step on, a stepped parameter whose gradient its own accumulation did not
+    make is looked up once among the live leaf tensors (one pass over
+    ``gc.get_objects()``): the leaves holding that very tensor as ``.grad`` are its
+    *owners*, hooked like stepped parameters; a step consumes its owners' gradients
+    too, and is stale when an owner's gradient is.
+
     Attribution: per optimizer and parameter group, at the user's call stack of the
     first stale ``step()`` (``scaler.step(opt)`` names the user's line).
     Figure: stale-gradient steps out of all steps of the optimizer with the most.
@@ -120,6 +129,9 @@ class StaleGradientProbe(Probe):
         self._stale: dict[int, Optional[tuple]] = {}
         self._about: set[int] = set()
         self._hooks: dict[int, list] = {}
+        self._made: dict[int, int] = {}  # parameter -> id() of the gradient its last accumulation left
+        self._owners: dict[int, list] = {}  # stepped parameter -> weak references to the leaves it shares .grad with
+        self._looked_up: set[int] = set()  # stepped parameters whose owners were looked for
         # optimizer -> its label, by the object (an ``id`` is reused by the next optimizer built at that
         # address: a loop that builds one per iteration then read as fewer optimizers)
         self._labels: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
@@ -170,22 +182,61 @@ class StaleGradientProbe(Probe):
             return None
 
         def after(param: torch.Tensor) -> None:
+            self._made[pid] = id(param.grad)
             if pid in self._about:
                 self._about.discard(pid)
                 self._stale[pid] = grad_mark(param.grad)
 
         self._hooks[pid] = [p.register_hook(before), p.register_post_accumulate_grad_hook(after)]
 
+    def _handed_over(self, optimizer: Any) -> None:
+        """Find the owners of the gradients handed to ``optimizer``'s parameters (see the class
+        docstring): each parameter is looked up once, all of a step's in one pass."""
+        wanted: dict[int, list[int]] = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                pid = id(p)
+                if not isinstance(p, torch.Tensor) or pid in self._looked_up or pid not in self._hooks:
+                    continue  # hooked at this step: its own accumulations were not watched yet
+                g = p.grad
+                if g is not None and self._made.get(pid) != id(g):
+                    self._looked_up.add(pid)
+                    wanted.setdefault(id(g), []).append(pid)
+        if not wanted:
+            return
+        tensor_type = torch.Tensor
+        for obj in gc.get_objects():
+            if not issubclass(type(obj), tensor_type):
+                continue
+            try:
+                g = obj.grad if obj.is_leaf and obj.requires_grad else None
+            except Exception:  # pragma: no cover - exotic tensor subclasses
+                continue
+            for pid in wanted.get(id(g), ()) if g is not None else ():
+                if id(obj) != pid:
+                    self._hook(obj)
+                    self._owners.setdefault(pid, []).append(weakref.ref(obj))
+
+    def _owned(self, p: torch.Tensor) -> list:
+        """The live owners of ``p``'s gradient (leaves whose ``.grad`` is the same tensor)."""
+        refs = self._owners.get(id(p))
+        if not refs:
+            return []
+        g = p.grad
+        return [o for r in refs if (o := r()) is not None and g is not None and o.grad is g]
+
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         label = self._label(optimizer)
         stack = None
+        self._handed_over(optimizer)
         for gi, group in enumerate(optimizer.param_groups):
             stale = 0
             for p in group["params"]:
                 if not isinstance(p, torch.Tensor):
                     continue
                 self._hook(p)
-                if _holds(p.grad, self._stale.get(id(p))):
+                if _holds(p.grad, self._stale.get(id(p))) or any(
+                        _holds(p.grad, self._stale.get(id(o))) for o in self._owned(p)):
                     stale += 1
             rec = self.groups.setdefault(f"{label} group {gi}", {"steps": 0, "stale_steps": 0,
                                                                   "stale_params": 0, "stack": []})
@@ -203,6 +254,9 @@ class StaleGradientProbe(Probe):
                 if isinstance(p, torch.Tensor):
                     self._consumed[id(p)] = grad_mark(p.grad)
                     self._stale.pop(id(p), None)
+                    for o in self._owned(p):
+                        self._consumed[id(o)] = grad_mark(o.grad)
+                        self._stale.pop(id(o), None)
 
     def sample(self) -> dict:
         """``groups``: per optimizer and parameter group, steps, stale steps and the first stale stack."""

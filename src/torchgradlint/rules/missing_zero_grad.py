@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
-from ..analysis.model import FileModel
+from ..analysis.grad_handoff import GradHandoff, grad_handoffs
+from ..analysis.model import Call, FileModel, argument_for, is_literal
 from ..analysis.names import dotted_name
 from ..analysis.steps import (
     GradReset,
     backward_call,
     closure_functions,
+    covers,
     foreign_framework_file,
     fresh_in_loop,
     function_resets,
     is_optimizer,
+    optimizer_owner,
     reset_covers,
     resets_within,
 )
@@ -57,6 +60,18 @@ holds its own training loop is reported there, once. A reset aimed at one
 optimizer (`opt_d.zero_grad()`) does not cover a second optimizer constructed
 in the same file (`opt_g.step()` in a GAN loop). Files that import another
 framework (MXNet, TensorFlow, JAX...) and not torch are skipped.
+
+It also checks gradients handed from one model to another by reference, as
+asynchronous actor-critic (A3C) workers do: a local model backpropagates, its
+gradients are given to the shared model (`shared_param._grad = param.grad`,
+inline or in a helper such as `ensure_shared_grads(model, shared_model)`) and an
+optimizer over the shared model steps. Since PyTorch 2.0, `optimizer.zero_grad()`
+sets the shared gradients to `None` by default and never touches the local
+tensors, so unless the local model's gradients are reset too (`model.zero_grad()`,
+`p.grad = None`) or the shared ones are zeroed in place
+(`zero_grad(set_to_none=False)`, which zeroes the very same tensors), every step
+applies the sum of all earlier gradients. A local model built anew in every
+iteration starts without gradients and is not reported.
 
 ## Example
 ```python
@@ -109,7 +124,12 @@ for x, y in loader:
                     reset_covers(model, GradReset(r.order, _canonical(model, r.target, r.fact), r.fact, r.module),
                                  stepped, site.step.call) for r in resets)):
                 # A reset silences the step unless the stepped optimizer is
-                # provably another one (or another module's).
+                # provably another one (or another module's), or the gradients it
+                # steps are another module's, handed over by reference and never reset.
+                handoff = _unreset_handoff(model, site, loop, span, resets)
+                if handoff is not None:
+                    message, detail = _handoff_message(site.step.optimizer or "the optimizer", handoff, resets)
+                    yield Finding(site.step.call.node, message, detail=detail)
                 continue
             if loop is None:
                 first = _first_backward(model, span, site.via.order)
@@ -129,6 +149,75 @@ for x, y in loader:
                        "never reset in the loop or the helper, so each step applies the sum of all earlier "
                        "gradients; call `zero_grad()` once per iteration")
             yield Finding.from_text(site.via.node, msg)
+
+
+def _unreset_handoff(model: FileModel, site, loop, span, resets) -> Optional[GradHandoff]:
+    """A handoff (:mod:`torchgradlint.analysis.grad_handoff`) of gradients that
+    ``site``'s optimizer steps, whose source module nothing in ``span`` (the
+    training loop, or the step function and the loops that call it) resets."""
+    if site.via is not site.step.call:
+        return None  # judged at the step itself
+    owner = optimizer_owner(model, site.step.optimizer)
+    where = loop if loop is not None else model.enclosing_function(site.via.scope)
+    at = site.step.call.order
+    # the handoff nearest before the step first (``opt_a.step()`` after its own handoff, then ``opt_b``'s)
+    for h in sorted(grad_handoffs(model, *span), key=lambda h: (h.order > at, -h.order if h.order < at else h.order)):
+        if owner is not None and not covers(owner, h.target):
+            continue
+        if where is not None and fresh_in_loop(model, h.source, site.step.call, where):
+            continue  # a new local model every iteration: its gradients start at None
+        if any(_resets_source(model, r, h) for r in resets):
+            continue
+        if loop is None and _callers_reset(model, where, h.source):
+            continue
+        return h
+    return None
+
+
+def _resets_source(model: FileModel, reset: GradReset, handoff: GradHandoff) -> bool:
+    """Whether ``reset`` clears the gradients of the handoff's source module: a
+    reset of unknown reach (not the handoff itself), ``source.zero_grad()``, or
+    ``opt.zero_grad(set_to_none=False)``, which zeroes the shared tensor in place."""
+    fact = reset.fact
+    if fact is not None and getattr(fact, "node", None) is handoff.node:
+        return False  # ``shared_param.grad = param.grad`` is the handoff, not a reset
+    if reset.target is not None:
+        flag = fact.arg(0, "set_to_none") if isinstance(fact, Call) else None
+        return is_literal(flag, False) or covers(optimizer_owner(model, reset.target) or frozenset(),
+                                                 handoff.source)
+    if reset.module is not None:
+        return covers(frozenset({handoff.source}), reset.module)
+    return True
+
+
+def _callers_reset(model: FileModel, fn, source: str) -> bool:
+    """Whether a loop that calls the step function ``fn`` resets gradients of
+    unknown reach or those of the module passed for ``source``."""
+    if fn is None:
+        return True
+    for call in model.callers_of(fn):
+        head = source.partition(".")[0]
+        arg = argument_for(call, fn, head) if head in fn.params else None
+        passed = dotted_name(arg) if arg is not None else source
+        span = (call.loop.order, call.loop.end) if call.loop is not None else None
+        if span is None:
+            continue
+        for r in resets_within(model, *span):
+            if r.fact is call:
+                continue  # the step function's own resets
+            if r.target is None and (r.module is None or covers(frozenset({passed or source}), r.module)):
+                return True
+    return False
+
+
+def _handoff_message(opt: str, h: GradHandoff, resets) -> tuple[str, str]:
+    """``(message, detail)`` of a step of gradients handed over and never reset."""
+    reset = next((r for r in resets if r.target is not None), None)
+    how = (f"Since PyTorch 2.0, `{reset.target}.zero_grad()` sets `{h.target}`'s gradients to None by default "
+           f"and leaves `{h.source}`'s alone" if reset is not None else f"Nothing resets `{h.source}`'s gradients")
+    return (f"`{opt}` steps `{h.source}`'s gradients, handed to `{h.target}` by reference and never reset",
+            f"{how}: after `{h.text}` both hold the same tensors, so each backward adds onto all earlier "
+            f"gradients and every step applies their sum. Call `{h.source}.zero_grad()` before the backward.")
 
 
 def _canonical(model: FileModel, text, at, depth: int = 0):
