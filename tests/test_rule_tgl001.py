@@ -315,6 +315,7 @@ def test_scheduler_step_alone_is_not_an_optimizer_step():
     "optimizer.zero_grad(set_to_none=False)",
     "model.zero_grad()",
     "zero_grads(model)",
+    "for p in model.parameters(): p._grad = None",  # the slot ``.grad`` reads
 ])
 def test_reset_spellings(reset):
     assert lines(f"""

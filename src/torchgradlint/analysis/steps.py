@@ -254,9 +254,11 @@ def call_reset(model: FileModel, call: Call, _depth: int = 0) -> Optional[GradRe
 
 
 def assign_reset(assign: Assign) -> Optional[GradReset]:
-    """``p.grad = ...`` (``None`` or a fresh tensor) overwrites the gradient."""
+    """``p.grad = ...`` (``None`` or a fresh tensor) overwrites the gradient; so does
+    ``p._grad = ...``, the same slot (A3C workers write ``shared_param._grad``)."""
     for t in assign.targets:
-        if t.kind == "attr" and t.text and t.text.endswith(".grad") and assign.kind in ("assign", "annassign"):
+        if t.kind == "attr" and t.text and t.text.endswith((".grad", "._grad")) \
+                and assign.kind in ("assign", "annassign"):
             return GradReset(assign.order, None, assign)
     return None
 

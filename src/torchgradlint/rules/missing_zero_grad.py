@@ -161,7 +161,11 @@ def _unreset_handoff(model: FileModel, site, loop, span, resets) -> Optional[Gra
     where = loop if loop is not None else model.enclosing_function(site.via.scope)
     at = site.step.call.order
     # the handoff nearest before the step first (``opt_a.step()`` after its own handoff, then ``opt_b``'s)
-    for h in sorted(grad_handoffs(model, *span), key=lambda h: (h.order > at, -h.order if h.order < at else h.order)):
+    handoffs = grad_handoffs(model, *span)
+    # ``shared_param.grad = param.grad`` overwrites the shared gradient but is a handoff, not a reset
+    resets = [r for r in resets if r.fact is None or all(getattr(r.fact, "node", None) is not h.node
+                                                         for h in handoffs)]
+    for h in sorted(handoffs, key=lambda h: (h.order > at, -h.order if h.order < at else h.order)):
         if owner is not None and not covers(owner, h.target):
             continue
         if where is not None and fresh_in_loop(model, h.source, site.step.call, where):
@@ -176,11 +180,10 @@ def _unreset_handoff(model: FileModel, site, loop, span, resets) -> Optional[Gra
 
 def _resets_source(model: FileModel, reset: GradReset, handoff: GradHandoff) -> bool:
     """Whether ``reset`` clears the gradients of the handoff's source module: a
-    reset of unknown reach (not the handoff itself), ``source.zero_grad()``, or
-    ``opt.zero_grad(set_to_none=False)``, which zeroes the shared tensor in place."""
+    reset of unknown reach, ``source.zero_grad()``, or
+    ``opt.zero_grad(set_to_none=False)``, which zeroes the shared tensor in place
+    (``reset`` is no handoff itself: :func:`_unreset_handoff` leaves those out)."""
     fact = reset.fact
-    if fact is not None and getattr(fact, "node", None) is handoff.node:
-        return False  # ``shared_param.grad = param.grad`` is the handoff, not a reset
     if reset.target is not None:
         flag = fact.arg(0, "set_to_none") if isinstance(fact, Call) else None
         return is_literal(flag, False) or covers(optimizer_owner(model, reset.target) or frozenset(),
