@@ -806,3 +806,55 @@ def test_evaluation_loop_names_every_trained_module_in_training_mode():
     assert [d.line for d in found] == [12]
     assert "evaluates `encoder` and `decoder` after training them" in found[0].message
     assert "call `encoder.eval()` and `decoder.eval()` before the loop" in found[0].detail
+
+
+_NAMED_CLASSES = """
+import torch
+from torch import nn
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.RMSNorm(d)
+        self.ff = nn.Linear(d, d){extra}
+
+    def forward(self, x):
+        return x + self.ff(self.norm(x))
+
+class LlamaModel(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.blocks = nn.ModuleList([TransformerBlock(d) for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+model = LlamaModel(8)
+model.train()
+with torch.no_grad():
+    out = model(x)
+"""
+
+
+def test_a_class_named_like_a_torch_layer_is_judged_by_its_body():
+    """rasbt/LLMs-from-scratch's Llama: ``TransformerBlock`` (RMSNorm and linear layers) is no
+    ``nn.Transformer``; with a dropout layer in its body it is mode-sensitive again."""
+    assert lines(_NAMED_CLASSES.format(extra=""), header=False) == []
+    assert lines(_NAMED_CLASSES.format(extra="\n        self.drop = nn.Dropout(0.1)"), header=False) == [28]
+
+
+def test_a_subclass_of_torch_transformer_sharing_its_name_stays_mode_sensitive():
+    assert lines("""
+        import torch
+        from torch import nn
+
+        class Transformer(nn.Transformer):
+            pass
+
+        model = Transformer(d_model=8, nhead=2)
+        model.train()
+        with torch.no_grad():
+            out = model(src, tgt)
+        """, header=False) == [11]

@@ -25,7 +25,7 @@ from typing import Optional
 import libcst as cst
 
 from .model import FileModel, Scope
-from .modes import module_classes
+from .modes import module_classes, spells_mode_layer
 from .torch_api import MODE_LAYER
 
 _MODE_TOKENS = re.compile(MODE_LAYER.pattern + r"|\bdropout\b|batch_norm|\.training\b")
@@ -77,7 +77,7 @@ def class_has_mode_layers(model: FileModel, name: str, _seen: Optional[set[str]]
     if any(b.split(".")[-1] not in local and not b.startswith("torch.nn.") for b in info.bases) and not torch_base:
         return True
     code = _NOT_CODE.sub("", model.module.code_for_node(info.node))
-    if _MODE_TOKENS.search(code):
+    if spells_mode_layer(model, code, _MODE_TOKENS):
         return True
     for base in info.bases:
         last = base.split(".")[-1]

@@ -357,6 +357,25 @@ def _class_sensitive(model: FileModel, name: str, seen: set[str], info: "Optiona
     return code_sensitive(model, model.module.code_for_node(info.node), name, seen)
 
 
+_IDENTIFIER_CHAR = re.compile(r"[A-Za-z0-9_]")
+
+
+def spells_mode_layer(model: FileModel, code: str, pattern: "re.Pattern[str]") -> bool:
+    """Whether ``pattern`` (a mode-layer token: ``Dropout``, ``Transformer``...)
+    matches in ``code`` outside the names of the file's own classes: a class
+    ``TransformerBlock`` of RMSNorm and linear layers is judged by its body
+    (its callers look into it), not by its name."""
+    for m in pattern.finditer(code):
+        start, end = m.start(), m.end()
+        while start > 0 and _IDENTIFIER_CHAR.match(code[start - 1]):
+            start -= 1
+        while end < len(code) and _IDENTIFIER_CHAR.match(code[end]):
+            end += 1
+        if code[start:end] not in model.classes or code[start - 1:start] == ".":
+            return True  # ``nn.Transformer`` is torch's, though a class of the file shares its name
+    return False
+
+
 def class_sensitive(model: FileModel, name: str) -> bool:
     """Whether the same-file class ``name`` may have a forward that depends
     on training mode: dropout or batch norm in its body or in a same-file
@@ -375,7 +394,7 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str]) -> bo
     be mode-free (a torchvision/timm backbone).
     ``seen``: classes already visited (cycles count as mode-free)."""
     code = _PROSE.sub("", code)
-    if _MODE_SOURCE.search(_ZERO_DROPOUT.sub("", code)):
+    if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), _MODE_SOURCE):
         return True
     project = model.project
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
@@ -672,7 +691,7 @@ def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen:
     ``pattern`` matches (a zero dropout rate aside) and names no layer from
     outside torch and the standard/numeric libraries (not visible)."""
     code = _PROSE.sub("", code)
-    if pattern.search(_ZERO_DROPOUT.sub("", code)):
+    if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), pattern):
         return False
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word not in seen:
