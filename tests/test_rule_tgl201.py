@@ -858,3 +858,35 @@ def test_a_subclass_of_torch_transformer_sharing_its_name_stays_mode_sensitive()
         with torch.no_grad():
             out = model(src, tgt)
         """, header=False) == [11]
+
+
+_ATTENTION = """
+import torch
+from torch import nn
+
+class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout){extra}
+
+    def forward(self, x):
+        return self.dropout(torch.softmax(self.W_query(x), dim=-1))
+
+ca = CausalAttention(3, 2, {rate})
+ca.train()
+with torch.no_grad():
+    out = ca(batch)
+"""
+
+
+def test_a_dropout_rate_of_zero_given_to_the_constructor_drops_nothing():
+    """rasbt/LLMs-from-scratch's buffers notebook: ``CausalAttention(d_in, d_out, ctx, 0.0)``; the
+    class's only dropout is built from that rate, so the instance is mode-free."""
+    assert lines(_ATTENTION.format(extra="", rate="0.0"), header=False) == []
+    assert lines(_ATTENTION.format(extra="", rate="dropout=0"), header=False) == []
+    assert lines(_ATTENTION.format(extra="", rate="0.1"), header=False) == [17]
+    assert lines(_ATTENTION.format(extra="", rate="rate"), header=False) == [17]
+    # another layer the class builds still counts
+    assert lines(_ATTENTION.format(extra="\n        self.norm = nn.BatchNorm1d(d_out)", rate="0.0"),
+                 header=False) == [18]

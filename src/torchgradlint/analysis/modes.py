@@ -39,7 +39,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, GradMode, Scope, argument_for, call_params, is_literal, names_in
+from .model import Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params, is_literal, names_in
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
 from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
@@ -340,7 +340,11 @@ def is_module(model: FileModel, text: Optional[str]) -> bool:
 
 
 # -- does the module's forward depend on its mode? ------------------------------------------
-def _class_sensitive(model: FileModel, name: str, seen: set[str], info: "Optional[object]" = None) -> bool:
+def _class_sensitive(model: FileModel, name: str, seen: set[str], info: "Optional[object]" = None,
+                     zero: frozenset[str] = frozenset()) -> bool:
+    """:func:`class_sensitive` of the definition ``info`` (the latest of
+    ``name`` when ``None``); ``zero``: ``__init__`` parameters this instance
+    gets a zero dropout rate for (:func:`_zero_rate_parameters`)."""
     if name in seen:
         return False
     seen.add(name)
@@ -354,7 +358,46 @@ def _class_sensitive(model: FileModel, name: str, seen: set[str], info: "Optiona
             continue  # ``class LinearSub(torch.nn.Linear)``: a mode-free torch layer
         if b not in _MODULE_BASES and last not in module_classes(model) and _outside(model, b) is not False:
             return True  # a base we cannot see may use dropout or batch norm
-    return code_sensitive(model, model.module.code_for_node(info.node), name, seen)
+    code = model.module.code_for_node(info.node)
+    return code_sensitive(model, _without_zero_dropout(code, zero) if zero else code, name, seen)
+
+
+_DROPOUT_BUILT = r"self\.(\w+)\s*=\s*(?:[\w.]*\.)?Dropout\(\s*(?:p\s*=\s*)?({})\s*\)"
+
+
+def _without_zero_dropout(code: str, zero: frozenset[str]) -> str:
+    """``code`` (a class) without the dropout layers built from the ``zero``
+    parameters (``self.drop = nn.Dropout(dropout)`` with ``dropout`` 0 for
+    this instance), their uses (``self.drop(x)``) and the parameters' names;
+    anything else the parameters reach (``nn.MultiheadAttention(d, h,
+    dropout=dropout)``) still names its layer."""
+    names = "|".join(sorted(map(re.escape, zero)))
+    built = re.compile(_DROPOUT_BUILT.format(names))
+    attrs = {m.group(1) for m in built.finditer(code)}
+    code = built.sub("", code)
+    if attrs:
+        code = re.sub(r"self\.(?:{})\b".format("|".join(sorted(map(re.escape, attrs)))), "_", code)
+    return re.sub(r"\b(?:{})\b".format(names), "_", code)
+
+
+def _zero_rate_parameters(model: FileModel, call: cst.Call, info: "ClassInfo") -> frozenset[str]:
+    """The parameters of the class's ``__init__`` that ``call`` (a
+    construction of the class) fills with a literal zero, by argument or by
+    default (``CausalAttention(d_in, d_out, ctx_len, 0.0)``: the dropout rate)."""
+    init = info.methods.get("__init__")
+    node = init.node if init is not None else None
+    if not isinstance(node, cst.FunctionDef) or any(a.star for a in call.args):
+        return frozenset()
+    named = [*node.params.posonly_params, *node.params.params]
+    positional = [a.value for a in call.args if a.keyword is None]
+    given = {p.name.value: v for p, v in zip(named[1:], positional)}  # after ``self``
+    given.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
+    out = set()
+    for p in [*named[1:], *node.params.kwonly_params]:
+        value = given.get(p.name.value, p.default)
+        if isinstance(value, (cst.Integer, cst.Float)) and _is_zero(value.value):
+            out.add(p.name.value)
+    return frozenset(out)
 
 
 _IDENTIFIER_CHAR = re.compile(r"[A-Za-z0-9_]")
@@ -374,6 +417,13 @@ def spells_mode_layer(model: FileModel, code: str, pattern: "re.Pattern[str]") -
         if code[start:end] not in model.classes or code[start - 1:start] == ".":
             return True  # ``nn.Transformer`` is torch's, though a class of the file shares its name
     return False
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:  # ``0x0``, ``0o0``: integer spellings float() does not read
+        return int(text, 0) == 0
 
 
 def class_sensitive(model: FileModel, name: str) -> bool:
@@ -471,7 +521,9 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
                     return True
         return False
     if "." not in qn and last in model.classes:
-        return _class_sensitive(model, last, set(), model.class_at(last, at) if at is not None else None)
+        info = model.class_at(last, at) if at is not None else model.classes[last]
+        zero = _zero_rate_parameters(model, node, info) if info is not None else frozenset()
+        return _class_sensitive(model, last, set(), info, zero)
     cls = qn.rsplit(".", 1)[0] if last in CLASS_FACTORIES else qn
     if cls in MODE_FREE_LIBRARY_CLASSES:
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
