@@ -399,6 +399,7 @@ def _worker(flag: str = "", local_reset: str = "pass", attr: str = "_grad", valu
 def test_gradients_handed_over_by_reference_and_never_reset_are_flagged():
     assert _worker() == [10]
     assert _worker(attr="grad") == [10]  # ``gp.grad = lp.grad`` is the same handoff, not a reset
+    assert _worker(value="lp._grad") == [10]
 
 
 @pytest.mark.parametrize("kwargs", [

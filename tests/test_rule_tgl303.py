@@ -251,3 +251,49 @@ def test_log_of_a_gathered_softmax_output_in_a_helper_two_calls_from_the_model()
     # takes -log(gather(probs)) (inf, then NaN gradients, once a target's probability underflows)
     assert lines(_CHATBOT.format(last="F.softmax(output, dim=1)")) == [18]
     assert lines(_CHATBOT.format(last="F.log_softmax(output, dim=1)")) == []
+
+
+def test_own_forward_called_in_another_method_of_the_module():
+    """Khrylx/PyTorch-RL's DiscretePolicy: ``get_log_prob`` takes the log of what its own softmax
+    ``forward`` returns (``self.forward(x)`` or ``self(x)``)."""
+    assert lines("""
+        import torch
+        from torch import nn
+
+        class Policy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(4, 2)
+
+            def forward(self, x):
+                return torch.softmax(self.head(x), dim=1)
+
+            def get_log_prob(self, x, actions):
+                action_prob = self.forward(x)
+                return torch.log(action_prob.gather(1, actions.unsqueeze(1)))
+
+            def entropy(self, x):
+                p = self(x)
+                return -(p * torch.log(p)).sum(1)
+
+            def log_prob_ok(self, x, actions):
+                return torch.log_softmax(self.head(x), dim=1).gather(1, actions.unsqueeze(1))
+    """) == [15, 19]
+
+
+def test_own_forward_of_a_logit_module_is_silent():
+    assert lines("""
+        import torch
+        from torch import nn
+
+        class Policy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(4, 2)
+
+            def forward(self, x):
+                return self.head(x)
+
+            def loss(self, x, y):
+                return nn.functional.cross_entropy(self.forward(x), y) + torch.log(self(x).exp()).sum()
+    """) == []

@@ -74,13 +74,13 @@ def _handoffs(model: FileModel, order: int, end: int, depth: int) -> list[GradHa
 
 
 def _assigned(model: FileModel, assign: Assign) -> Optional[GradHandoff]:
-    """The handoff ``assign`` makes: ``X._grad = Y.grad`` (or ``X.grad = Y.grad``),
+    """The handoff ``assign`` makes: ``X._grad = Y.grad`` (or ``.grad``/``._grad`` on either side),
     ``X`` and ``Y`` bound by one ``for`` over ``zip(A.parameters(), B.parameters())``."""
     if assign.kind != "assign" or len(assign.targets) != 1 or not isinstance(assign.value, cst.Attribute):
         return None
     dst = assign.targets[0].text or ""
     src = dotted_name(assign.value) or ""
-    if assign.targets[0].kind != "attr" or not dst.endswith(_GRAD_ATTRS) or not src.endswith(".grad"):
+    if assign.targets[0].kind != "attr" or not dst.endswith(_GRAD_ATTRS) or not src.endswith(_GRAD_ATTRS):
         return None
     dst_param, src_param = dst.rpartition(".")[0], src.rpartition(".")[0]
     binding = model.reaching_binding(dst_param, assign)

@@ -159,6 +159,10 @@ class _Resolver:
         ``nn.Softmax``/``nn.Sigmoid``, a ``Sequential`` ending in one, a same-file module whose
         ``forward`` always returns them. With ``index``: element ``index`` of the tuple every
         ``forward`` of the same-file module classes it is built from returns."""
+        if isinstance(node, cst.Name) and node.value == "self":  # self.forward(x) in a method of the module
+            fn = self.model.enclosing_function(at.scope)
+            cls = fn.class_name if fn is not None else None
+            return self.forward_kind(cls, index) if cls in module_classes(self.model) else None
         ctors = self.constructors(node, at, depth)
         if not ctors:
             return None
