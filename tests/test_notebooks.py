@@ -79,6 +79,15 @@ def test_lines_that_continue_a_statement_are_python_not_magics():
     assert lines[10:] == ["pass", "pass"]
 
 
+def test_magics_written_without_percent_are_ipython_automagic():
+    """huggingface/notebooks' diffusers notebooks start with ``pip install diffusers ...`` (no ``!``
+    or ``%``): IPython runs it as the ``%pip`` magic. A line that is Python stays Python."""
+    cell = ("pip install diffusers torch\ncd ..\nmatplotlib inline\n  time model.fit(x)\n"
+            "time.sleep(1)\ncat = 3\npip = [1]\nls -la\nrun(x)")
+    assert join_cells([cell]).source.splitlines() == [
+        "pass", "pass", "pass", "  pass", "time.sleep(1)", "cat = 3", "pip = [1]", "ls -la", "run(x)"]
+
+
 def test_a_shell_escape_continued_by_a_backslash_is_one_escape():
     # jeffheaton's t81_558 notebooks: ``!python detect.py --weights yolov5s.pt \`` then ``  --conf 0.25``
     cell = "!python detect.py --weights w.pt \\\n  --conf 0.25 \\\n  --source img/\nx = 1\n%time y = 2"

@@ -4,9 +4,10 @@ The code cells are joined in order into one source text, one line per cell
 line, so the analysis sees names defined in earlier cells. IPython syntax that
 is not Python is replaced by lines that keep the line count: a cell magic cell
 (``%%time``, ``%%bash``) becomes blank lines, a line magic (``%matplotlib``),
-a shell escape (``!pip install``), an assignment from one (``x = !ls``) and a
-help line (``obj?``, ``??obj``, a wildcard search ``torch.*Tensor?``) become
-``pass`` at the same indentation. ``# noqa`` comments work inside cells as in
+a shell escape (``!pip install``), an assignment from one (``x = !ls``), a
+magic written without ``%`` that is no Python statement (``pip install x``,
+``cd ..``: IPython's automagic) and a help line (``obj?``, ``??obj``, a
+wildcard search ``torch.*Tensor?``) become ``pass`` at the same indentation. ``# noqa`` comments work inside cells as in
 files.
 
 Findings are mapped back to ``(cell, line in cell)``: ``Diagnostic.cell`` is
@@ -34,6 +35,10 @@ NOTEBOOK_SUFFIX = ".ipynb"
 _MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|[\w.]+\s*=\s*[%!])")
 # IPython help: ``obj?``, ``obj??``, ``?obj``, ``??obj``, and the wildcard search ``torch.*Tensor?``
 _HELP_LINE = re.compile(r"^(\s*)(?:\?{1,2}[\w.*]+|[\w.*]+\?{1,2})\s*$")
+# Line magics and shell aliases IPython runs without ``%`` (automagic, on by default: ``pip install
+# diffusers``, ``cd ..``, ``matplotlib inline``), when the line is no Python statement.
+_AUTOMAGIC = re.compile(r"^(\s*)(?:pip3?|conda|mamba|micromamba|cd|pwd|env|set_env|load_ext|reload_ext|matplotlib|"
+                        r"time|timeit|run|cat|mkdir|rmdir|rm|cp|mv|ls|less|man)[ \t]+[\w\-./~'\"$]")
 
 
 class NotebookError(ValueError):
@@ -96,7 +101,8 @@ def _python_lines(cell: str) -> list[str]:
     state = _Continuation()
     magic = False  # the previous line was IPython syntax ending in a backslash: this one continues it
     for line in lines:
-        m = None if magic or state.continues() else (_MAGIC_LINE.match(line) or _HELP_LINE.match(line))
+        m = None if magic or state.continues() else (_MAGIC_LINE.match(line) or _HELP_LINE.match(line)
+                                                     or _automagic(line))
         if magic or m:
             out.append(f"{m.group(1)}pass" if m else "")
             magic = line.rstrip("\r\n").endswith("\\")
@@ -104,6 +110,19 @@ def _python_lines(cell: str) -> list[str]:
             state.scan(line)
             out.append(line)
     return out
+
+
+def _automagic(line: str) -> "Optional[re.Match[str]]":
+    """The match of a line IPython runs as a magic without ``%`` (``pip install x``), or ``None``
+    (the line also compiles as Python: ``time.sleep(1)`` or ``rm - rf`` stays Python)."""
+    m = _AUTOMAGIC.match(line)
+    if m is None:
+        return None
+    try:
+        compile(line.strip(), "<cell>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return m
+    return None
 
 
 class _Continuation:
