@@ -890,3 +890,30 @@ def test_a_dropout_rate_of_zero_given_to_the_constructor_drops_nothing():
     # another layer the class builds still counts
     assert lines(_ATTENTION.format(extra="\n        self.norm = nn.BatchNorm1d(d_out)", rate="0.0"),
                  header=False) == [18]
+
+
+def test_a_model_reloaded_with_from_pretrained_is_in_eval_mode():
+    """huggingface/notebooks' BLIP captioning: after fine-tuning, a cell reloads the model with
+    ``from_pretrained`` (transformers returns it in eval mode) and captions images under the
+    no_grad of ``generate``; evaluating the name before the reload is still reported."""
+    src = """
+        import torch
+        from transformers import BlipForConditionalGeneration
+        model = BlipForConditionalGeneration.from_pretrained("base")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+        model.train()
+        for batch in loader:
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        with torch.no_grad():
+            before = model(**batch)
+        model = BlipForConditionalGeneration.from_pretrained("finetuned").to("cuda")
+        with torch.no_grad():
+            after = model(**batch)
+        model = BlipForConditionalGeneration.from_pretrained("finetuned", is_trainable=True)
+        with torch.no_grad():
+            unknown = model(**batch)
+        """
+    assert lines(src, header=False) == [13]

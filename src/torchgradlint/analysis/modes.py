@@ -887,6 +887,7 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
     raw: list[ModeEvent] = []
     used: Optional[bool] = None
     built = _constructions(model, scope, text)
+    built.update(_pretrained_loads(model, scope, text))
     for call in model.calls_in_scope(scope):
         if id(call.node) in built:
             raw.append(ModeEvent(call, built[id(call.node)]))
@@ -1114,6 +1115,29 @@ def _constructions(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
         ctor = unwrap(a.value)
         if isinstance(ctor, cst.Call):
             out[id(ctor)] = kind
+    return out
+
+
+def _pretrained_loads(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
+    """``model = Cls.from_pretrained(...)`` in ``scope`` (through ``.to(device)``-style calls):
+    transformers, diffusers and PEFT return the loaded model in eval mode
+    (``PreTrainedModel.from_pretrained``: "The model is set in evaluation mode by default
+    using ``model.eval()``"), so the rebinding is an ``EVAL`` event that ends whatever
+    training the name saw before (a notebook reloading its fine-tuned model); with
+    ``is_trainable=True`` (a PEFT adapter to train) it is ``UNKNOWN``."""
+    out: dict[int, str] = {}
+    for a in model.bindings_of(text, scope):
+        if a.kind not in ("assign", "annassign") or a.unpacked:
+            continue
+        node = unwrap(a.value)
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in _WRAPPERS:
+            node = node.func.value
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "from_pretrained":
+            trainable = next((arg.value for arg in node.args if arg.keyword and arg.keyword.value == "is_trainable"),
+                             None)
+            out[id(node)] = EVAL if trainable is None or is_literal(trainable, False) else UNKNOWN
     return out
 
 
