@@ -297,3 +297,31 @@ def test_own_forward_of_a_logit_module_is_silent():
             def loss(self, x, y):
                 return nn.functional.cross_entropy(self.forward(x), y) + torch.log(self(x).exp()).sum()
     """) == []
+
+
+def test_probabilities_returned_by_a_helper_and_picked_by_topk():
+    """jadore801120's Translator: ``_model_decode`` returns ``F.softmax(...)``; the beam search takes
+    ``torch.log`` of its top-k values. minimalRL's PPO: ``self.pi(s)`` returns a softmax."""
+    assert lines("""
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+        class Translator(nn.Module):
+            def _decode(self, x):
+                return F.softmax(self.proj(x), dim=-1)
+
+            def _logits(self, x):
+                return self.proj(x)
+
+            def init_state(self, x, k):
+                probs, idx = self._decode(x)[:, -1, :].topk(k)
+                scores = torch.log(probs)
+                top, _ = torch.topk(self._decode(x), k)
+                more = torch.log(top)
+                logits, _ = self._logits(x).topk(k)
+                fine = torch.log(logits.exp())
+                _, best = self._decode(x).max(-1)
+                also_fine = torch.log(best.float())
+                return scores, more, fine, also_fine
+    """) == [15, 17]

@@ -18,6 +18,9 @@ _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequ
 #: which probabilities each loss must not be fed (a sigmoid squashes every logit into (0, 1) as a
 #: softmax does: cross-entropy's log_softmax of them has the same floor)
 _WRONG_INPUT = {CE: (SOFTMAX, SIGMOID), NLL: (SOFTMAX, SIGMOID), BCE_LOGITS: (SIGMOID,)}
+#: calls whose first result holds values picked from their input (``values, indices = p.topk(k)``)
+_VALUE_PICKS = frozenset({"torch.topk", "torch.sort", "torch.max", "torch.min", "torch.kthvalue", "torch.median"})
+_VALUE_PICK_METHODS = frozenset({"topk", "sort", "max", "min", "kthvalue", "median"})
 #: module wrappers whose forward is the wrapped module's
 _WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                        "torch.nn.parallel.DistributedDataParallel"})
@@ -192,9 +195,33 @@ class _Resolver:
         if not isinstance(call, cst.Call) or depth > _MAX_DEPTH:
             return None
         func = call.func
+        qn = self.model.qualname(func) or ""
+        if index == 0 and (qn in _VALUE_PICKS or isinstance(func, cst.Attribute) and not qn.startswith("torch.")
+                           and func.attr.value in _VALUE_PICK_METHODS):
+            # ``probs, idx = p.topk(k)``: the values are probabilities picked from ``p``
+            source = call.args[0].value if qn in _VALUE_PICKS and call.args else func.value
+            return self.prob_kind(source, at, depth + 1) if isinstance(func, cst.Attribute) or call.args else None
         if isinstance(func, cst.Attribute) and func.attr.value == "forward":
             func = func.value
         return self.module_kind(func, at, depth + 1, index)
+
+    def _returned_kind(self, node: cst.Call, depth: int) -> Optional[str]:
+        """The probability kind every ``return`` of the same-file function or method ``node`` calls
+        gives (``probs = self._decode(x)`` with ``return F.softmax(...)``), else ``None``."""
+        model = self.model
+        call = model.cached("softmax-into-ce-calls", lambda: {id(c.node): c for c in model.calls}).get(id(node))
+        scopes = model.resolve_callee(call) if call is not None else []
+        if len(scopes) != 1 or scopes[0].kind != "function" or scopes[0].name == "forward":
+            return None
+        key = ("returns", id(scopes[0]))
+        if key in self._forward_kind:
+            return self._forward_kind[key]
+        self._forward_kind[key] = None  # recursion guard
+        returns = model.returns_of(scopes[0])
+        kinds = {self.prob_kind(r.value, r, depth + 1) if r.value is not None else None for r in returns}
+        result = kinds.pop() if len(kinds) == 1 else None
+        self._forward_kind[key] = result
+        return result
 
     def forward_kind(self, cls: str, index: Optional[int] = None) -> Optional[str]:
         """The probability kind every ``return`` of ``cls.forward`` gives (with ``index``: element
@@ -258,6 +285,9 @@ class _Resolver:
         if qn.startswith("torch.") or dotted_name(func) is None:
             return None
         kind = self.module_kind(func, at, depth + 1)
+        if kind is not None:
+            return kind
+        kind = self._returned_kind(node, depth)
         if kind is not None:
             return kind
         for arg in node.args:  # a wrapper handed the layer that produces the output: cd(x, Seq(fc, Softmax))
