@@ -487,3 +487,37 @@ def test_two_handoffs_each_step_named_by_its_own_handoff():
         """
     result = lint_source(textwrap.dedent(src), "x.py", [MissingZeroGrad])
     assert [(d.line, d.message.split("`")[3]) for d in result.diagnostics] == [(9, "agent"), (12, "icm")]
+
+
+def test_a_method_called_on_an_instance_of_a_same_file_class_is_the_step():
+    """``agent = Agent(...)`` then ``agent.update(batch)`` in the loop: the method backpropagates and
+    steps without a reset (resolved through the instance's class, also ``self.agent``)."""
+    src = """
+        import torch
+
+        class Agent:
+            def __init__(self, net):
+                self.net = net
+                self.opt = torch.optim.Adam(net.parameters())
+
+            def update(self, batch):
+                loss = self.net(batch).sum()
+                loss.backward()
+                self.opt.step()
+
+        class Runner:
+            def __init__(self, net):
+                self.agent = Agent(net)
+
+            def run(self, loader):
+                for batch in loader:
+                    self.agent.update(batch)
+
+        agent = Agent(net)
+        for batch in loader:
+            agent.update(batch)
+        other = make_agent()
+        for batch in loader:
+            other.update(batch)
+        """
+    assert lines(src) == [20, 24]

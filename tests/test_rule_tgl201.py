@@ -917,3 +917,35 @@ def test_a_model_reloaded_with_from_pretrained_is_in_eval_mode():
             unknown = model(**batch)
         """
     assert lines(src, header=False) == [13]
+
+
+_ATTACK = """
+import torch
+from torch import nn
+
+class Attacker:
+    def attack(self, images, net):
+        inputs = images.clone()
+        {mark}
+        loss = nn.functional.cross_entropy(net(inputs), labels)
+        loss.backward()
+        return inputs - 0.01 * inputs.grad.sign()
+
+class Odin:
+    def __init__(self):
+        self.attacker = Attacker()
+
+    def apply(self, images, net):
+        inputs = self.attacker.attack(images, net)
+        with torch.no_grad():
+            return net(inputs)
+"""
+
+
+def test_a_helper_that_backpropagates_for_input_gradients_does_not_train_the_model():
+    """dataflowr's ODIN notebook: the attack backpropagates to perturb the input (FGSM); it reads
+    ``inputs.grad`` and steps no optimizer, so it is no training of ``net``."""
+    assert lines(_ATTACK.format(mark="inputs.requires_grad = True"), header=False) == []
+    assert lines(_ATTACK.format(mark="inputs.requires_grad_()"), header=False) == []
+    # without an input marked for its gradient the backward counts as training, as before
+    assert lines(_ATTACK.format(mark="pass"), header=False) == [20]

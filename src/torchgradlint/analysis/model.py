@@ -209,6 +209,11 @@ class ClassInfo:
     order: int = -1  # pre-order index of the ``class`` statement
 
 
+# Methods that return their receiver (``Agent(...).to(device)`` is the agent).
+_RECEIVER_METHODS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
+                               "share_memory", "requires_grad_"})
+
+
 class FileModel:
     """All facts of one file, in source order, with the queries rules use.
 
@@ -438,8 +443,9 @@ class FileModel:
         ``f(...)`` resolves to top-level or sibling functions named ``f`` (a
         top-level call, to the top-level definition bound when it runs);
         ``self.f(...)``/``cls.f(...)`` to methods named ``f`` of the caller's
-        class; ``Class.f(...)`` to that class's method. Unknown receivers
-        resolve to nothing.
+        class; ``Class.f(...)`` to that class's method; ``obj.f(...)`` to the
+        method of the same-file class ``obj`` is an instance of
+        (:meth:`_instance_class`). Unknown receivers resolve to nothing.
         """
         text = call.func_text
         if not text:
@@ -467,7 +473,40 @@ class FileModel:
         if head in self.classes:
             m = self.classes[head].methods.get(rest)
             return [m] if m is not None else []
+        cls = self.memoised(FileModel._instance_class, (head, call.order), lambda: self._instance_class(head, call))
+        if cls is not None:
+            found = self._method(cls, rest, set())
+            return [found] if found is not None else []
         return []
+
+    def _instance_class(self, head: str, call: Call) -> Optional[str]:
+        """The same-file class whose instance ``head`` holds where ``call`` runs:
+        ``agent = Agent(...)`` (through ``.to(device)``-style calls) binding a
+        plain name that certainly reaches the call, or ``self.agent`` when
+        every binding of it in the caller's class builds that class. ``None``
+        when unknown (a parameter, a factory, several classes)."""
+        if "." not in head:
+            binding = self.reaching_binding(head, call)
+            values = [binding.value] if binding is not None and binding.kind in ("assign", "annassign") \
+                and not binding.unpacked else []
+        elif head.startswith("self.") and head.count(".") == 1:
+            fn = self.enclosing_function(call.scope)
+            info = self.classes.get(fn.class_name or "") if fn is not None else None
+            bindings = [a for m in (info.methods.values() if info is not None else ()) for a in self.bindings_of(head, m)]
+            values = [a.value for a in bindings if a.kind in ("assign", "annassign") and not a.unpacked]
+            if len(values) != len(bindings):
+                return None
+        else:
+            return None
+        found = set()
+        for value in values:
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in _RECEIVER_METHODS:
+                value = value.func.value
+            if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes):
+                return None
+            found.add(value.func.value)
+        return found.pop() if len(found) == 1 else None
 
     def _method(self, cls: str, name: str, seen: set[str]) -> Optional[Scope]:
         info = self.classes.get(cls)

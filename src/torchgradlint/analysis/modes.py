@@ -871,8 +871,36 @@ def _switched_while_grad_disabled(model: FileModel, call: Call, recv: str, text:
 
 
 def _trains(model: FileModel, call: Call) -> bool:
+    if optimizer_step(model, call) is not None:
+        return True
     b = backward_call(model, call)
-    return (b is not None and b.accumulates) or optimizer_step(model, call) is not None
+    return b is not None and b.accumulates and not _input_gradients(model, call.scope)
+
+
+def _input_gradients(model: FileModel, scope: Scope) -> bool:
+    """Whether ``scope`` backpropagates for the gradient of an input, not to
+    train: it marks a tensor ``requires_grad`` (``x.requires_grad = True``,
+    ``x.requires_grad_()``, not on a module or parameters) and steps no
+    optimizer, as an adversarial attack (FGSM, ODIN's perturbation) or a
+    saliency map does; the gradient of that tensor (``x.grad``) is read in the scope."""
+    def compute() -> bool:
+        marked: set[str] = set()
+        for a in model.assigns_in_scope(scope):
+            for t in a.targets:
+                if t.kind == "attr" and (t.text or "").endswith(".requires_grad") and is_literal(a.value, True):
+                    marked.add(t.text.rsplit(".", 1)[0])
+        for c in model.calls_in_scope(scope):
+            if optimizer_step(model, c) is not None:
+                return False
+            recv = c.receiver_text or ""
+            if c.method == "requires_grad_" and recv and not is_module(model, recv) \
+                    and not (c.node.args and is_literal(c.node.args[0].value, False)):
+                marked.add(recv)
+        if not marked:
+            return False
+        code = model.module.code_for_node(scope.node)
+        return any(re.search(rf"(?<![\w.]){re.escape(name)}\.grad\b", code) for name in marked)
+    return model.memoised(_input_gradients, id(scope), compute)
 
 
 def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[ModeEvent]:
