@@ -132,3 +132,29 @@ def test_fix_uses_the_methods_own_self_name():
 def test_multi_line_call_is_reported_without_fix():
     (d,) = lint(module("return F.dropout(\n    x,\n    0.5,\n)\n"))
     assert d.fix is None
+
+
+def test_dropout_in_a_sampling_method_under_no_grad_is_deliberate():
+    """Latent diffusion's ``p_sample`` (ControlNet, stable-diffusion): ``@torch.no_grad()`` and
+    ``F.dropout(noise, p=noise_dropout)`` drops sampling noise on purpose, in any mode."""
+    src = """
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+        class Diffusion(nn.Module):
+            @torch.no_grad()
+            def p_sample(self, x, noise_dropout=0.0):
+                noise = torch.randn_like(x)
+                if noise_dropout > 0.:
+                    noise = F.dropout(noise, p=noise_dropout)
+                return x + noise
+
+            def sample_again(self, x):
+                with torch.no_grad():
+                    return F.dropout(x, p=0.1)
+
+            def forward(self, x):
+                return F.dropout(x, p=0.1)
+        """
+    assert [d.line for d in lint(textwrap.dedent(src))] == [19]

@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, names_in
+from ..analysis.model import Call, FileModel, GradMode, names_in
 from ..analysis.module_class_facts import enclosing_method, is_torch_module_class, nodes_under_if, self_name
 from ..analysis.torch_api import FUNCTIONAL_DROPOUTS, SDPA, TORCH_DROPOUTS
 from ..registry import Finding, Rule
@@ -79,8 +79,11 @@ Inside a method of a `torch.nn.Module` subclass, checks for:
 It stays silent on `training=self.training` or any other non-literal
 `training=`, on an explicit `training=True` (dropout kept at inference on
 purpose: Monte-Carlo dropout, the Tacotron 2 prenet), on `p=0`, on calls
-gated by an `if` on `training`, on calls that pass `*args`/`**kwargs`, and on
-calls outside module methods (a data-augmentation function).
+gated by an `if` on `training`, on calls that pass `*args`/`**kwargs`, on
+calls that run with gradients off (a sampling method decorated with
+`@torch.no_grad()`: latent diffusion's `noise_dropout` applies dropout to the
+sampling noise on purpose), and on calls outside module methods (a
+data-augmentation function).
 
 ## Why is this bad?
 `model.eval()` switches `nn.Dropout` *modules* off by setting their
@@ -176,6 +179,8 @@ keep dropout at inference without saying so (then write `training=True`).
             me = self_name(method)
             if me is None or self._gated(model, method.node, c.node):
                 continue
+            if model.grad_mode(c) is GradMode.DISABLED:
+                continue  # a sampling method under no_grad (latent diffusion's ``noise_dropout``): deliberate
             shown = c.func_text or qn
             training = cst.Attribute(value=cst.Name(me), attr=cst.Name("training"))
             if qn == SDPA:
