@@ -893,13 +893,13 @@ def test_a_dropout_rate_of_zero_given_to_the_constructor_drops_nothing():
 
 
 def test_a_model_reloaded_with_from_pretrained_is_in_eval_mode():
-    """huggingface/notebooks' BLIP captioning: after fine-tuning, a cell reloads the model with
+    """huggingface/notebooks' BLIP-2 captioning: after fine-tuning, a cell reloads the model with
     ``from_pretrained`` (transformers returns it in eval mode) and captions images under the
     no_grad of ``generate``; evaluating the name before the reload is still reported."""
     src = """
         import torch
-        from transformers import BlipForConditionalGeneration
-        model = BlipForConditionalGeneration.from_pretrained("base")
+        from transformers import Blip2ForConditionalGeneration
+        model = Blip2ForConditionalGeneration.from_pretrained("base")
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
         model.train()
         for batch in loader:
@@ -909,10 +909,10 @@ def test_a_model_reloaded_with_from_pretrained_is_in_eval_mode():
             optimizer.zero_grad()
         with torch.no_grad():
             before = model(**batch)
-        model = BlipForConditionalGeneration.from_pretrained("finetuned").to("cuda")
+        model = Blip2ForConditionalGeneration.from_pretrained("finetuned").to("cuda")
         with torch.no_grad():
             after = model(**batch)
-        model = BlipForConditionalGeneration.from_pretrained("finetuned", is_trainable=True)
+        model = Blip2ForConditionalGeneration.from_pretrained("finetuned", is_trainable=True)
         with torch.no_grad():
             unknown = model(**batch)
         """
@@ -949,3 +949,67 @@ def test_a_helper_that_backpropagates_for_input_gradients_does_not_train_the_mod
     assert lines(_ATTACK.format(mark="inputs.requires_grad_()"), header=False) == []
     # without an input marked for its gradient the backward counts as training, as before
     assert lines(_ATTACK.format(mark="pass"), header=False) == [20]
+
+
+_GENERATE = """
+import torch
+from transformers import {cls}
+model = {cls}.from_pretrained("base")
+optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+model.train()
+for batch in loader:
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+{between}
+ids = model.generate(pixel_values=pixel_values, max_length=25)
+"""
+
+
+def test_generate_after_training_runs_under_no_grad_in_training_mode():
+    """huggingface/notebooks' BLIP-2 PEFT captioning: trained, then ``model.generate(...)`` with no
+    ``eval()`` (transformers' ``generate`` is decorated with ``torch.no_grad()``)."""
+    assert lines(_GENERATE.format(cls="Blip2ForConditionalGeneration", between=""), header=False) == [13]
+    [d] = lint_source(_GENERATE.format(cls="Blip2ForConditionalGeneration", between=""), "x.py",
+                      [NoGradWithoutEval]).diagnostics
+    assert d.message == "`model.generate(...)` may run `model` in training mode"
+    assert lines(_GENERATE.format(cls="Blip2ForConditionalGeneration", between="model.eval()"), header=False) == []
+    # BLIP and the Llama family default every dropout to 0.0: the mode changes nothing
+    assert lines(_GENERATE.format(cls="BlipForConditionalGeneration", between=""), header=False) == []
+    assert lines(_GENERATE.format(cls="LlamaForCausalLM", between=""), header=False) == []
+
+
+def test_a_generate_method_of_the_file_is_judged_by_its_body():
+    assert lines("""
+        import torch
+        from torch import nn
+
+        class GPT(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = nn.Dropout(0.1)
+
+            def generate(self, idx):
+                return self.drop(idx)
+
+        model = GPT()
+        model.train()
+        out = model.generate(idx)
+        """, header=False) == []
+
+
+def test_generate_of_a_project_model_without_transformers_is_not_assumed_no_grad():
+    """chenyuntc/pytorch-book's style transfer: ``Model`` (from the project's ``model.py``) has its
+    own ``generate``; without transformers in the file nothing says it runs under no_grad."""
+    assert lines("""
+        import torch
+        from model import Model
+        model = Model()
+        optimizer = torch.optim.Adam(model.parameters())
+        for content, style in loader:
+            optimizer.zero_grad()
+            model(content, style).backward()
+            optimizer.step()
+            out = model.generate(content, style)
+        """, header=False) == []

@@ -325,3 +325,28 @@ def test_probabilities_returned_by_a_helper_and_picked_by_topk():
                 also_fine = torch.log(best.float())
                 return scores, more, fine, also_fine
     """) == [15, 17]
+
+
+def test_log_of_a_flattened_softmax_row_and_a_method_parameter():
+    """Lizhi-sjtu/DRL-code-pytorch's REINFORCE: ``a_prob = self.policy(s).flatten()`` then
+    ``torch.log(a_prob[a])``; Hands-on-RL's TRPO passes ``self.actor`` to a method parameter."""
+    assert lines("""
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+        class Policy(nn.Module):
+            def forward(self, s):
+                return F.softmax(self.l2(s), dim=1)
+
+        class Agent:
+            def __init__(self):
+                self.policy = Policy()
+
+            def learn(self, s, a):
+                a_prob = self.policy(s).flatten()
+                return -torch.log(a_prob[a]) + self.surrogate(s, a, self.policy)
+
+            def surrogate(self, s, a, actor):
+                return torch.log(actor(s).gather(1, a)).mean()
+    """) == [16, 19]

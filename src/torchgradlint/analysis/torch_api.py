@@ -93,15 +93,22 @@ FORWARD_METHODS = frozenset({"forward", "generate", "predict", "predict_step", "
 MODE_LAYER = re.compile(r"Dropout|BatchNorm|SyncBatchNorm|Transformer|MultiheadAttention|RReLU|InstanceNorm")
 
 # Library model classes whose forward does not depend on ``training`` as
-# they are built by default (GroupNorm/LayerNorm, every dropout probability
-# 0.0): diffusers' VAE and UNets. A ``dropout=`` keyword other than 0 makes a
-# constructor call mode-sensitive again.
+# they are built by default (GroupNorm/LayerNorm/RMSNorm, every dropout
+# probability 0.0): diffusers' VAE and UNets; transformers' BLIP (its text and
+# vision configs default every dropout to 0.0) and the Llama-family decoders
+# (``attention_dropout=0.0``, no other dropout). A ``dropout=`` keyword other
+# than 0 makes a constructor call mode-sensitive again; a PEFT wrapper
+# (``get_peft_model``: LoRA dropout) is another module, judged on its own.
 MODE_FREE_LIBRARY_CLASSES = frozenset({
     "diffusers.AutoencoderKL", "diffusers.models.AutoencoderKL",
     "diffusers.models.autoencoders.autoencoder_kl.AutoencoderKL",
     "diffusers.UNet2DConditionModel", "diffusers.models.UNet2DConditionModel",
     "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel",
     "diffusers.UNet2DModel", "diffusers.models.UNet2DModel", "diffusers.models.unets.unet_2d.UNet2DModel",
+    *(f"transformers.{name}" for name in (
+        "BlipForConditionalGeneration", "BlipForQuestionAnswering", "BlipModel",
+        "LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MistralModel",
+        "Qwen2ForCausalLM", "Qwen2Model", "GemmaForCausalLM", "GemmaModel")),
 })
 # Class methods that build an instance of their class.
 CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})

@@ -146,14 +146,16 @@ for epoch in range(epochs):
         if foreign_framework_file(model):
             return
         yield from self._evaluation_loops(model)
-        if not model.regions and not any(s.decorator_region for s in model.scopes):
+        if not model.regions and not any(s.decorator_region for s in model.scopes) \
+                and not any(c.method == "generate" for c in model.calls):
             return
         reported: set[tuple[int, str]] = set()
         for call in model.calls:
             text = _module_text(call)
             if text is None:
                 continue
-            if model.grad_mode(call) is not GradMode.DISABLED:
+            generate = _library_generate(model, call)
+            if model.grad_mode(call) is not GradMode.DISABLED and not generate:
                 continue
             if not is_module_at(model, call, text):
                 continue
@@ -176,6 +178,13 @@ for epoch in range(epochs):
                 continue  # a batch-norm generator sampled on noise in its own training loop (DCGAN's images)
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
+            if generate and model.grad_mode(call) is not GradMode.DISABLED:
+                yield Finding.from_text(call.node, (
+                    f"`{text}.generate(...)` may run `{text}` in training mode: it was trained or `.train()`-ed "
+                    f"before, with no `.eval()` in between, and transformers' `generate` (under "
+                    f"`torch.no_grad`) keeps the mode, so dropout stays active while it generates; call "
+                    f"`{text}.eval()` before generating and `{text}.train()` after"))
+                continue
             yield Finding.from_text(call.node, (
                 f"`{text}` runs under `{api}` but may still be in training mode (trained or `.train()`-ed "
                 f"before, with no `.eval()` in between): dropout stays active and batch-norm running "
@@ -193,6 +202,21 @@ def _module_text(call) -> "str | None":
     if head and last in FORWARD_METHODS:
         return head
     return text
+
+
+_GENERATING_LIBRARIES = ("transformers", "peft")
+
+
+def _library_generate(model: FileModel, call) -> bool:
+    """Whether ``call`` is ``model.generate(...)`` of a transformers model: the
+    file imports transformers or PEFT and ``generate`` is no method of the file.
+    ``GenerationMixin.generate`` is decorated with ``torch.no_grad()`` and runs
+    the model in whatever mode it is in. (A project's own model class with a
+    ``generate`` method, imported from another file, is not assumed to be one.)"""
+    if call.method != "generate" or call.receiver_text in (None, "self", "cls") or model.resolve_callee(call):
+        return False
+    return model.cached("imports-generating-library", lambda: any(
+        v.split(".")[0] in _GENERATING_LIBRARIES for v in model.names.aliases.values()))
 
 
 def _during_construction(model: FileModel, scope, depth: int = 0) -> bool:

@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, Scope, _Located
+from ..analysis.model import Call, FileModel, Scope, _Located, argument_for
 from ..analysis.modes import module_classes, saved_objects, unwrap
 from ..analysis.names import dotted_name
 from ..analysis.tree import walk
@@ -18,6 +18,11 @@ _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequ
 #: which probabilities each loss must not be fed (a sigmoid squashes every logit into (0, 1) as a
 #: softmax does: cross-entropy's log_softmax of them has the same floor)
 _WRONG_INPUT = {CE: (SOFTMAX, SIGMOID), NLL: (SOFTMAX, SIGMOID), BCE_LOGITS: (SIGMOID,)}
+#: methods whose result holds (some of) the receiver's values, unchanged
+_SAME_VALUES = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "contiguous", "squeeze",
+                          "unsqueeze", "view", "view_as", "reshape", "reshape_as", "flatten", "permute", "transpose",
+                          "t", "expand", "expand_as", "narrow", "select", "clone", "gather", "take_along_dim",
+                          "index_select", "masked_select"})
 #: calls whose first result holds values picked from their input (``values, indices = p.topk(k)``)
 _VALUE_PICKS = frozenset({"torch.topk", "torch.sort", "torch.max", "torch.min", "torch.kthvalue", "torch.median"})
 _VALUE_PICK_METHODS = frozenset({"topk", "sort", "max", "min", "kthvalue", "median"})
@@ -86,15 +91,13 @@ class _Resolver:
 
     def _param(self, fn: Scope, name: str, depth: int) -> Optional[list[tuple]]:
         model = self.model
-        index = fn.params.index(name)
         out = []
-        if fn.class_name is None:
-            for call in model.callers_of(fn):
-                arg = call.arg(index, name)
-                if arg is None:
-                    out = []
-                    break
-                out.append((arg, call, "arg"))
+        for call in model.callers_of(fn):  # a method's callers too (``self.surrogate(..., self.actor)``)
+            arg = argument_for(call, fn, name)
+            if arg is None:
+                out = []
+                break
+            out.append((arg, call, "arg"))
         if out:
             return out
         node = fn.node
@@ -277,8 +280,7 @@ class _Resolver:
             imported = head is not None and head.split(".")[0] in model.names.aliases
             if method in (SOFTMAX, SIGMOID) and not imported:
                 return method  # x.softmax(dim=-1)
-            if method in ("to", "cuda", "cpu", "float", "contiguous", "squeeze", "view", "reshape", "clone",
-                          "gather", "take_along_dim", "index_select", "masked_select"):
+            if method in _SAME_VALUES:
                 return self.prob_kind(func.value, at, depth + 1)
         if isinstance(func, cst.Call):  # nn.Softmax(dim=1)(z)
             return self._ctor_kind(func, at, depth + 1)
