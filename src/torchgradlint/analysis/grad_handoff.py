@@ -54,6 +54,8 @@ class GradHandoff:
 def grad_handoffs(model: FileModel, order: int, end: int) -> list[GradHandoff]:
     """Every gradient handoff by reference in ``[order, end]``, made there or
     by a same-file helper called there (followed ``_MAX_DEPTH`` calls deep)."""
+    if not model.cached("grad-handoff-assigns", lambda: any(_assigned(model, a) for a in model.assigns)):
+        return []  # no handoff anywhere in the file (nearly every file): skip the walk through helpers
     return model.memoised(grad_handoffs, (order, end), lambda: _handoffs(model, order, end, 0))
 
 

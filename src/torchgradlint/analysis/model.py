@@ -473,11 +473,26 @@ class FileModel:
         if head in self.classes:
             m = self.classes[head].methods.get(rest)
             return [m] if m is not None else []
-        cls = self.memoised(FileModel._instance_class, (head, call.order), lambda: self._instance_class(head, call))
+        cls = self.memoised(FileModel._instance_class, (head, call.order), lambda: self._instance_class(head, call)) \
+            if head in self.cached("instance-names", self._instance_names) else None
         if cls is not None:
             found = self._method(cls, rest, set())
             return [found] if found is not None else []
         return []
+
+    def _instance_names(self) -> frozenset[str]:
+        """Names and attributes some assignment of the file binds to an
+        instance of a same-file class (the only heads
+        :meth:`_instance_class` can resolve)."""
+        out = set()
+        for a in self.assigns:
+            value = a.value
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in _RECEIVER_METHODS:
+                value = value.func.value
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
+                out.update(t.text for t in a.targets if t.text)
+        return frozenset(out)
 
     def _instance_class(self, head: str, call: Call) -> Optional[str]:
         """The same-file class whose instance ``head`` holds where ``call`` runs:

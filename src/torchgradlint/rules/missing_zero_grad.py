@@ -157,11 +157,13 @@ def _unreset_handoff(model: FileModel, site, loop, span, resets) -> Optional[Gra
     training loop, or the step function and the loops that call it) resets."""
     if site.via is not site.step.call:
         return None  # judged at the step itself
+    handoffs = grad_handoffs(model, *span)
+    if not handoffs:
+        return None
     owner = optimizer_owner(model, site.step.optimizer)
     where = loop if loop is not None else model.enclosing_function(site.via.scope)
     at = site.step.call.order
     # the handoff nearest before the step first (``opt_a.step()`` after its own handoff, then ``opt_b``'s)
-    handoffs = grad_handoffs(model, *span)
     # ``shared_param.grad = param.grad`` overwrites the shared gradient but is a handoff, not a reset
     resets = [r for r in resets if r.fact is None or all(getattr(r.fact, "node", None) is not h.node
                                                          for h in handoffs)]
