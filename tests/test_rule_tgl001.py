@@ -521,3 +521,65 @@ def test_a_method_called_on_an_instance_of_a_same_file_class_is_the_step():
             other.update(batch)
         """
     assert lines(src) == [20, 24]
+
+
+def test_an_ema_object_named_like_an_optimizer_is_no_optimizer():
+    """MixMatch's ``ema_optimizer = WeightEMA(model, ema_model)``: its ``step`` averages weights and
+    reads no gradient; a same-file optimizer class whose ``step`` reads ``p.grad`` still steps."""
+    src = """
+        import torch
+
+        class WeightEMA:
+            def __init__(self, model, ema_model):
+                self.params = list(model.state_dict().values())
+                self.ema_params = list(ema_model.state_dict().values())
+
+            def step(self):
+                for p, e in zip(self.params, self.ema_params):
+                    e.mul_(0.999).add_(p * 0.001)
+
+        class PlainSGD:
+            def __init__(self, params):
+                self.params = list(params)
+
+            def step(self):
+                for p in self.params:
+                    p.data.add_(p.grad, alpha=-0.1)
+
+        ema_optimizer = WeightEMA(model, ema_model)
+        sgd_optimizer = PlainSGD(model.parameters())
+        for x in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+            ema_optimizer.step()
+        for x in loader:
+            model(x).sum().backward()
+            sgd_optimizer.step()
+        """
+    assert lines(src) == [30]
+
+
+def test_an_ema_object_passed_to_the_training_function_is_no_optimizer():
+    """MixMatch's ``train(..., optimizer, ema_optimizer, ...)``: the parameter's same-file callers
+    all pass a ``WeightEMA``."""
+    src = """
+        import torch
+
+        class WeightEMA:
+            def step(self):
+                self.ema.mul_(0.999)
+
+        def train(loader, model, optimizer, ema_optimizer):
+            for x in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+                ema_optimizer.step()
+
+        def main():
+            ema_optimizer = WeightEMA()
+            train(loader, model, torch.optim.Adam(model.parameters()), ema_optimizer)
+        """
+    assert lines(src) == []
+    assert lines(src.replace("ema_optimizer = WeightEMA()", "ema_optimizer = make_ema()")) == [13]

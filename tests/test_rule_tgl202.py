@@ -275,3 +275,33 @@ def test_training_helper_that_switches_back_through_a_hook_method_is_silent():
                     self.run_train_epoch(data)
                     self.run_eval_epoch(data)
     """) == []
+
+
+_PRUNER = """
+import torch
+
+class FineTuner:
+    def test(self):
+        self.model.eval()
+        return sum(self.model(x).argmax(1).eq(y).sum().item() for x, y in self.test_loader)
+
+    def train_epoch(self, optimizer):
+        {top}
+        for x, y in self.loader:
+            self.model.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            optimizer.step()
+
+    def prune(self, optimizer):
+        for _ in range(10):
+            self.train_epoch(optimizer)
+            self.test()
+"""
+
+
+def test_a_training_helper_that_switches_to_train_itself_restores_the_mode():
+    """jindongwang/transferlearning's pruning fine-tuner: ``test()`` ends in ``eval()``, and the next
+    iteration's ``train_epoch()`` calls ``self.model.train()`` before it trains."""
+    assert lines(_PRUNER.format(top="self.model.train()")) == []
+    assert lines(_PRUNER.format(top="pass")) == [6]

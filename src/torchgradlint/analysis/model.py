@@ -523,6 +523,46 @@ class FileModel:
             found.add(value.func.value)
         return found.pop() if len(found) == 1 else None
 
+    def parameter_methods(self, call: Call) -> list[Scope]:
+        """For ``obj.f(...)`` where ``obj`` is a parameter of the function the
+        call runs in: the method ``f`` of the same-file class every same-file
+        caller passes an instance of (``train(..., ema_optimizer)`` called with
+        ``WeightEMA(...)``), else ``[]``. Kept apart from
+        :meth:`resolve_callee`: a question about one call (is this ``step`` an
+        optimizer's?), not a binding of every value the method computes."""
+        head, _, rest = (call.func_text or "").rpartition(".")
+        if not head or "." in head or "." in rest:
+            return []
+        binding = self.reaching_binding(head, call)
+        if binding is None or binding.kind != "param" or head not in self.cached("instance-names",
+                                                                                  self._instance_names):
+            return []
+        cls = self._parameter_class(head, call)
+        found = self._method(cls, rest, set()) if cls is not None else None
+        return [found] if found is not None else []
+
+    def _parameter_class(self, name: str, call: Call) -> Optional[str]:
+        """For a parameter ``name`` of the function ``call`` runs in: the
+        same-file class every same-file caller passes an instance of."""
+        fn = self.enclosing_function(call.scope)
+        visiting = self.memo.setdefault("instance-visiting", set())
+        if fn is None or name not in fn.params or id(fn) in visiting:
+            return None
+        visiting.add(id(fn))
+        try:
+            found = set()
+            for site in self.callers_of(fn):
+                arg = argument_for(site, fn, name)
+                text = dotted_name(arg) if arg is not None else None
+                cls = self._instance_class(text, site) if text and text in self.cached(
+                    "instance-names", self._instance_names) else None
+                if cls is None:
+                    return None
+                found.add(cls)
+            return found.pop() if len(found) == 1 else None
+        finally:
+            visiting.discard(id(fn))
+
     def _method(self, cls: str, name: str, seen: set[str]) -> Optional[Scope]:
         info = self.classes.get(cls)
         if info is None or cls in seen:

@@ -951,6 +951,9 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
                 sub = events(model, callee, inner, depth + 1)
                 if sub:
                     kind = sub[-1].kind
+                    if kind == TRAINED and sub[0].kind in (TRAIN, HELPER_TRAIN) \
+                            and all(e.kind != EVAL for e in sub):
+                        kind = TRAIN  # ``train_epoch()`` calls ``model.train()`` itself before it trains
                     raw.append(ModeEvent(call, HELPER_TRAIN if kind in (TRAIN, HELPER_TRAIN) else kind))
                     break
     for alias in _aliases(model, scope, text):

@@ -186,12 +186,25 @@ def optimizer_step(model: FileModel, call: Call) -> Optional[OptimizerStep]:
         return OptimizerStep(call, dotted_name(opt), None) if opt is not None else None
     if not is_optimizer(model, recv):
         return None
+    callees = model.resolve_callee(call) or model.parameter_methods(call)
+    if callees and all(_steps_without_gradients(model, s) for s in callees):
+        return None  # ``ema_optimizer = WeightEMA(model, ema_model)``: a same-file class that reads no gradient
     closure = call.arg(0, "closure")
     if closure is not None and not _may_be_callable(model, closure, call):
         # ``optim.step(loss)``: a wrapper that runs the backward and the reset
         # itself (torch's ``step`` takes a closure, not a tensor)
         return None
     return OptimizerStep(call, recv, closure)
+
+
+_GRADIENT_USE = re.compile(r"grad|\.step\(")
+
+
+def _steps_without_gradients(model: FileModel, method: Scope) -> bool:
+    """Whether the same-file method ``method`` (a ``step`` an object named like
+    an optimizer resolves to) neither reads gradients nor steps anything: an EMA
+    of the weights (MixMatch's ``WeightEMA.step``), not an optimizer."""
+    return _GRADIENT_USE.search(model.module.code_for_node(method.node)) is None
 
 
 def _may_be_callable(model: FileModel, node: cst.BaseExpression, at: Call) -> bool:
