@@ -394,3 +394,52 @@ def test_list_held_in_a_dict_under_a_constant_key_is_a_store():
     assert lines(_COLLECT.format(init="collect = {'lr': [], 'cost': []}", reset="pass", stored="cost.item()")) == []
     # rebuilt every iteration: bounded
     assert lines(_COLLECT.format(init="", reset="collect = {'lr': [], 'cost': []}", stored="cost")) == []
+
+
+_MICRO_BATCHES = """
+import torch
+
+def train(model, optimizer, loader, loss_fn):
+    {outer}
+    for data, targets in loader:
+        {inner}
+        optimizer.zero_grad()
+        for chunk, target in zip(data.chunk(4), targets.chunk(4)):
+            out = model(chunk)
+            outputs.append(out)
+            loss = loss_fn(out, target)
+            loss.backward()
+        {step}
+"""
+
+
+def test_micro_batch_outputs_kept_for_one_optimizer_step_are_not_reported():
+    """hysts/pytorch_image_classification: ``outputs = []`` per batch, each chunk's output stored and
+    its loss backpropagated, one ``optimizer.step()`` after the chunks: nothing outlives the step."""
+    assert lines(_MICRO_BATCHES.format(outer="", inner="outputs = []", step="optimizer.step()")) == []
+    # the list outlives every step (bound before the batch loop): reported
+    assert lines(_MICRO_BATCHES.format(outer="outputs = []", inner="pass", step="optimizer.step()")) == [11]
+    # no optimizer step after the chunks: no evidence that the list is one step's
+    assert lines(_MICRO_BATCHES.format(outer="", inner="outputs = []", step="pass")) == [11]
+
+
+def test_accumulated_micro_batch_losses_of_one_step_are_not_reported():
+    """davidtvs/pytorch-lr-finder's ``_train_batch``: ``total_loss += loss`` over the accumulation
+    steps of one call, each loss backpropagated, then ``optimizer.step()``."""
+    assert lines("""
+        import torch
+
+        def train_batch(model, optimizer, batches, accumulation_steps):
+            total_loss = None
+            optimizer.zero_grad()
+            for i in range(accumulation_steps):
+                x, y = next(batches)
+                loss = torch.nn.functional.mse_loss(model(x), y) / accumulation_steps
+                loss.backward()
+                if total_loss is None:
+                    total_loss = loss
+                else:
+                    total_loss += loss
+            optimizer.step()
+            return total_loss.item()
+        """) == []

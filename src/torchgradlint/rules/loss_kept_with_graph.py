@@ -12,13 +12,14 @@ from ..analysis.names import dotted_name
 from ..analysis.provenance import (
     backpropagated_names,
     freed_by_backward,
+    is_backward_target,
     is_scalar_loss,
     loss_like,
     provenance,
     returned_names,
 )
 from ..analysis.training import iterates_data, loop_trains
-from ..analysis.steps import backward_call
+from ..analysis.steps import backward_call, optimizer_step
 from ..analysis.torch_api import CONCAT_FUNCTIONS, STORE_METHODS
 from ..registry import Finding, Rule
 
@@ -273,6 +274,52 @@ step.
         return True
 
     @staticmethod
+    def _within_one_step(model: FileModel, s: _Store) -> bool:
+        """Whether the container lives for one optimizer step at most: it is
+        rebound in the same function before the store's loop (at the top of
+        each outer iteration, or of each call), and an optimizer step follows
+        that loop before the container is rebound again (gradient
+        accumulation over micro-batches: ``outputs = []``, ``for chunk in
+        chunks: ...; outputs.append(out); loss.backward()``, then
+        ``optimizer.step()``)."""
+        loop = s.fact.loop
+        if loop is None or s.container.startswith("self."):
+            return False
+        bound = [b for b in model.reaching_bindings(s.container, s.fact) if b.order < loop.order]
+        if not bound or any(b.kind == "param" for b in bound):
+            return False
+        last = max(bound, key=lambda b: b.order)
+        if last.scope is not s.fact.scope or last.scope is model.module_scope:
+            return False
+        outer = next((lp for lp in reversed(s.fact.loops) if lp is not loop and lp.contains(last.order)), None)
+        if outer is None and any(lp.order < last.order for lp in s.fact.loops):
+            return False
+        if any(lp is not loop and not lp.contains(last.order) for lp in s.fact.loops):
+            return False  # the container outlives a loop around the store's loop
+        limit = outer.end if outer is not None else s.fact.scope.end
+        return any(optimizer_step(model, c) is not None for c in model.calls_within(loop.end + 1, limit))
+
+    @staticmethod
+    def _loss_input_in_loop(model: FileModel, value: cst.BaseExpression, s: _Store) -> bool:
+        """Whether the name ``value`` is an argument of the call that computes
+        what a backward in the store's loop backpropagates (``loss =
+        loss_fn(output_chunk, y)`` then ``loss.backward()``): that backward
+        frees the saved tensors of ``value``'s graph too."""
+        text = dotted_name(value)
+        loop = s.fact.loop
+        if not text or loop is None:
+            return False
+        for c in model.calls_within(loop.order, loop.end):
+            b = backward_call(model, c)
+            target = dotted_name(b.target) if b is not None and b.accumulates else None
+            binding = model.reaching_binding(target, c) if target else None
+            calls = [n for n in walk(binding.value) if isinstance(n, cst.Call)] \
+                if binding is not None and binding.value is not None else []
+            if any(dotted_name(a.value) == text for call in calls for a in call.args):
+                return True  # ``loss = loss_fn(output_chunk, target) / k``
+        return False
+
+    @staticmethod
     def _step_loop(model: FileModel, s: _Store) -> bool:
         """Whether the store's loop iterates over steps whose graphs are
         independent: it runs a backward, or it walks batches of a data
@@ -354,6 +401,10 @@ step.
                 continue
             if not self._step_loop(model, s):
                 continue
+            if self._within_one_step(model, s) and all(
+                    freed_by_backward(model, v, s.fact) or is_backward_target(model, v, s.fact)
+                    or self._loss_input_in_loop(model, v, s) for v in s.values):
+                continue  # micro-batches of one optimizer step, each backpropagated: nothing outlives the step
             for value in s.values:
                 p = provenance(model, value, s.fact)
                 if not p.attached or not p.sources:  # a bare leaf holds no graph
