@@ -352,6 +352,21 @@ def test_live_saved_bytes_back_at_the_last_checkpoint_still_count_once_above_the
     assert m.defect is True
 
 
+def test_checkpoints_within_a_step_that_fill_up_then_stay_level_are_not_growth():
+    """``run`` checkpoints at backward calls 1, 2, 4, ... 32 of a loop of 4 micro-batches per optimizer
+    step (fixture TGL101/ok_micro_batch_outputs_one_step): the step's list holds 1, 2, 4, then always
+    4 chunks' graphs. Rising again at the end is growth."""
+    def samples(nodes):
+        xs = [1, 2, 4, 8, 16, 32]
+        return {x: {"holders": {"f.py:main:1:outputs": {"nodes": n, "lines": [22]}}, "holder_nodes": n,
+                    "saved_bytes": 0, "peak_saved_bytes": 0, "wasted_retain_calls": 0, "reused_retain_calls": 0,
+                    "seconds": 0.1} for x, n in zip(xs, nodes)}
+    m = RetainedGraphProbe.decide(samples([3, 6, 12, 12, 12, 12]))
+    assert m.defect is False and m.findings == []
+    m = RetainedGraphProbe.decide(samples([3, 6, 12, 24, 48, 96]))
+    assert m.defect is True and [f["code"] for f in m.findings] == ["TGL101"]
+
+
 def test_grad_mode_stepped_parameters_that_never_get_a_gradient():
     # a module whose forward is decorated @torch.no_grad() after it was unfrozen
     m = run_fixture("TGL002/bad_unfreezable_tower_no_grad_forward", GradModeProbe.name)

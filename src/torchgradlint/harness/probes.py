@@ -648,7 +648,9 @@ class RetainedGraphProbe(Probe):
     Decision over checkpoints at N, 2N, 4N steps (least-squares slope, and the value at
     4N above the value at N; the peak saved bytes, a high-water mark that never falls, must
     also rise from 2N to 4N: a peak that rises in the first iterations and then levels off
-    is not growth):
+    is not growth; with more checkpoints (``run``), every figure must still rise over the
+    last two intervals: checkpoints taken within an optimizer step see one step's
+    micro-batch graphs fill up and then stay level):
     TGL102 when >= 0.5 retained graphs/step are alive at the next forward and never
     reused, or when graphs grow (below) while retained graphs are backpropagated
     again (state carried across iterations), attributed to the retaining call; and
@@ -914,15 +916,19 @@ class RetainedGraphProbe(Probe):
 
         def grows(get: Callable[[dict], Optional[float]], bound: float,
                   high_water: bool = False) -> tuple[Optional[float], bool]:
-            # the slope, and the last value above the first; a high-water mark (never falls) must
-            # also rise over the last interval: one that rises during warm-up and then levels off
-            # (the first iterations' graphs freed later) is not growth
+            # the slope, the last value above the first, and still rising late: a high-water mark
+            # (never falls) over the last interval; a live figure over the last two (an
+            # epoch-periodic store may read equal at two checkpoints in a row). A figure that rises
+            # during warm-up and then levels off (the first iterations' graphs freed later; `run`'s
+            # checkpoints within an optimizer step that see one step's micro-batch graphs fill up)
+            # is not growth
             s = fit(get)
             a, b = get(first), get(last)
             ok = s is not None and s >= bound and a is not None and b is not None and b > a
-            if ok and high_water and len(xs) > 2:
-                before_last = get(samples[xs[-2]])
-                ok = before_last is not None and b > before_last
+            back = 2 if high_water else 3
+            if ok and len(xs) > back:
+                earlier = get(samples[xs[-back]])
+                ok = earlier is not None and b > earlier
             return s, ok
 
         node_key = "nodes" if all(samples[x].get("nodes") is not None for x in xs) else "holder_nodes"
@@ -965,7 +971,8 @@ class RetainedGraphProbe(Probe):
                 for key in held[xs[-1]]:
                     hs = slope([(x, held[x].get(key, {}).get("nodes", 0)) for x in xs])
                     if hs is not None and hs >= cls.NODE_GROWTH and \
-                            held[xs[-1]][key]["nodes"] > held[xs[0]].get(key, {}).get("nodes", 0):
+                            held[xs[-1]][key]["nodes"] > held[xs[0]].get(key, {}).get("nodes", 0) and \
+                            (len(xs) < 4 or held[xs[-1]][key]["nodes"] > held[xs[-3]].get(key, {}).get("nodes", 0)):
                         growing.append((hs, key))
                 for hs, key in sorted(growing, reverse=True):
                     path, _, _, name = holder_parts(key)
