@@ -209,9 +209,18 @@ class ClassInfo:
     order: int = -1  # pre-order index of the ``class`` statement
 
 
-# Methods that return their receiver (``Agent(...).to(device)`` is the agent).
-_RECEIVER_METHODS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
-                               "share_memory", "requires_grad_"})
+# Methods that return their receiver: mode, device and dtype calls (``Agent(...).to(device)``
+# is the agent, ``Net().to(device).train()`` the net).
+RECEIVER_METHODS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
+                              "requires_grad_", "share_memory"})
+
+
+def unwrap(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """``Net().to(device).train()`` -> ``Net()``: strip mode/device/dtype calls."""
+    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+           and node.func.attr.value in RECEIVER_METHODS):
+        node = node.func.value
+    return node
 
 
 class FileModel:
@@ -484,15 +493,14 @@ class FileModel:
         """Names and attributes some assignment of the file binds to an
         instance of a same-file class (the only heads
         :meth:`_instance_class` can resolve)."""
-        out = set()
-        for a in self.assigns:
-            value = a.value
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                    and value.func.attr.value in _RECEIVER_METHODS:
-                value = value.func.value
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
-                out.update(t.text for t in a.targets if t.text)
-        return frozenset(out)
+        return frozenset(t.text for a in self.assigns if self._constructed_class(a.value) for t in a.targets if t.text)
+
+    def _constructed_class(self, value: Optional[cst.BaseExpression]) -> Optional[str]:
+        """``Agent`` for ``Agent(...)`` (through ``.to(device)``-style calls) of a same-file class."""
+        value = unwrap(value)
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
+            return value.func.value
+        return None
 
     def _instance_class(self, head: str, call: Call) -> Optional[str]:
         """The same-file class whose instance ``head`` holds where ``call`` runs:
@@ -513,15 +521,8 @@ class FileModel:
                 return None
         else:
             return None
-        found = set()
-        for value in values:
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                    and value.func.attr.value in _RECEIVER_METHODS:
-                value = value.func.value
-            if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes):
-                return None
-            found.add(value.func.value)
-        return found.pop() if len(found) == 1 else None
+        found = {self._constructed_class(value) for value in values}
+        return found.pop() if len(found) == 1 else None  # ``{None}``: some value builds no same-file class
 
     def parameter_methods(self, call: Call) -> list[Scope]:
         """For ``obj.f(...)`` where ``obj`` is a parameter of the function the
@@ -731,6 +732,17 @@ def names_in(node: Optional[cst.CSTNode]) -> set[str]:
 def is_literal(node: Optional[cst.CSTNode], value: object) -> bool:
     """Whether ``node`` is the literal ``True``/``False``/``None``."""
     return isinstance(node, cst.Name) and node.value == repr(value)
+
+
+def is_zero_literal(node: Optional[cst.CSTNode]) -> bool:
+    """Whether ``node`` is a number literal equal to zero (``0``, ``0.0``, ``0.``, ``0x0``):
+    a dropout rate that drops nothing."""
+    if not isinstance(node, (cst.Integer, cst.Float)):
+        return False
+    try:
+        return float(node.value) == 0.0
+    except ValueError:  # ``0x0``, ``0o0``: integer spellings float() does not read
+        return int(node.value, 0) == 0
 
 
 

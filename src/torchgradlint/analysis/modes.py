@@ -39,7 +39,8 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params, is_literal, names_in
+from .model import (RECEIVER_METHODS, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
+                    is_literal, is_zero_literal, names_in, unwrap)
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
 from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
@@ -56,8 +57,7 @@ TRAINING_KINDS = frozenset({TRAIN, TRAINED, BUILT, HELPER_TRAIN})
 _MAX_DEPTH = 3
 _MODULE_METHODS = frozenset({"parameters", "named_parameters", "eval", "modules", "named_modules", "buffers",
                              "named_buffers"})
-_WRAPPERS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
-                       "requires_grad_", "share_memory"})
+_WRAPPERS = RECEIVER_METHODS
 # ``torch.jit.ScriptModule`` is an ``nn.Module`` subclass (PlaNet's models derive from it).
 _MODULE_BASES = frozenset({"torch.nn.Module", "torch.jit.ScriptModule", "pytorch_lightning.LightningModule",
                            "lightning.LightningModule", "lightning.pytorch.LightningModule",
@@ -154,14 +154,6 @@ def _loss_class(model: FileModel, name: str, depth: int = 0) -> bool:
         return name.endswith("Loss")
     return any(b.rsplit(".", 1)[-1].endswith("Loss") or _loss_class(model, b.rsplit(".", 1)[-1], depth + 1)
                for b in info.bases if b.rsplit(".", 1)[-1] != name)
-
-
-def unwrap(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
-    """``Net().to(device).train()`` -> ``Net()``: strip mode/device/dtype calls."""
-    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-           and node.func.attr.value in _WRAPPERS):
-        node = node.func.value
-    return node
 
 
 def constructor_kind(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -395,7 +387,7 @@ def _zero_rate_parameters(model: FileModel, call: cst.Call, info: "ClassInfo") -
     out = set()
     for p in [*named[1:], *node.params.kwonly_params]:
         value = given.get(p.name.value, p.default)
-        if isinstance(value, (cst.Integer, cst.Float)) and _is_zero(value.value):
+        if is_zero_literal(value):
             out.add(p.name.value)
     return frozenset(out)
 
@@ -417,13 +409,6 @@ def spells_mode_layer(model: FileModel, code: str, pattern: "re.Pattern[str]") -
         if code[start:end] not in model.classes or code[start - 1:start] == ".":
             return True  # ``nn.Transformer`` is torch's, though a class of the file shares its name
     return False
-
-
-def _is_zero(text: str) -> bool:
-    try:
-        return float(text) == 0.0
-    except ValueError:  # ``0x0``, ``0o0``: integer spellings float() does not read
-        return int(text, 0) == 0
 
 
 def class_sensitive(model: FileModel, name: str) -> bool:
@@ -1161,9 +1146,6 @@ def _pretrained_loads(model: FileModel, scope: Scope, text: str) -> dict[int, st
         if a.kind not in ("assign", "annassign") or a.unpacked:
             continue
         node = unwrap(a.value)
-        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-                and node.func.attr.value in _WRAPPERS:
-            node = node.func.value
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
                 and node.func.attr.value == "from_pretrained":
             trainable = next((arg.value for arg in node.args if arg.keyword and arg.keyword.value == "is_trainable"),

@@ -15,7 +15,7 @@ from typing import Optional
 import libcst as cst
 
 from ..cells import FOREIGN_FRAMEWORKS
-from .model import Assign, Call, FileModel, Loop, Scope, is_literal, names_in
+from .model import RECEIVER_METHODS, Assign, Call, FileModel, Loop, Scope, is_literal, names_in
 from .names import dotted_name
 
 # Receivers whose ``.backward(loss)`` backpropagates its argument.
@@ -204,7 +204,8 @@ def _steps_without_gradients(model: FileModel, method: Scope) -> bool:
     """Whether the same-file method ``method`` (a ``step`` an object named like
     an optimizer resolves to) neither reads gradients nor steps anything: an EMA
     of the weights (MixMatch's ``WeightEMA.step``), not an optimizer."""
-    return _GRADIENT_USE.search(model.module.code_for_node(method.node)) is None
+    return model.memoised(_steps_without_gradients, id(method),
+                          lambda: _GRADIENT_USE.search(model.module.code_for_node(method.node)) is None)
 
 
 def _may_be_callable(model: FileModel, node: cst.BaseExpression, at: Call) -> bool:
@@ -427,8 +428,7 @@ def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str], a
 
 # Methods that return their receiver (the same module or the same leaf
 # tensor), so the result is only as new as the receiver.
-_SAME_OBJECT_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval",
-                                  "requires_grad_", "share_memory", "to_empty", "type"})
+_SAME_OBJECT_METHODS = RECEIVER_METHODS | {"to_empty", "type"}
 
 
 def fresh_in_loop(model: FileModel, text: Optional[str], at, loop: "Loop | Scope", depth: int = 0) -> bool:

@@ -51,7 +51,7 @@ import time
 import weakref
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -204,10 +204,7 @@ class StaleGradientProbe(Probe):
                     wanted.setdefault(id(g), []).append(pid)
         if not wanted:
             return
-        tensor_type = torch.Tensor
-        for obj in gc.get_objects():
-            if not issubclass(type(obj), tensor_type):
-                continue
+        for obj in live_tensors():
             try:
                 g = obj.grad if obj.is_leaf and obj.requires_grad else None
             except Exception:  # pragma: no cover - exotic tensor subclasses
@@ -547,16 +544,23 @@ def count_live_graph_nodes() -> int:
     Cost: one pass over ``gc.get_objects()`` (~0.1 s); the harness uses it, ``run`` does not.
     """
     fns = []
+    for obj in live_tensors():
+        try:
+            fn = obj.grad_fn
+        except Exception:  # pragma: no cover - exotic tensor subclasses
+            continue
+        if fn is not None:
+            fns.append(fn)
+    return reachable_nodes(fns, {})
+
+
+def live_tensors() -> Iterator[torch.Tensor]:
+    """Every tensor the cyclic collector tracks (one pass over ``gc.get_objects()``; the type is
+    tested with ``issubclass(type(obj), ...)``, which reads no attribute of lazy module proxies)."""
     tensor_type = torch.Tensor
     for obj in gc.get_objects():
         if issubclass(type(obj), tensor_type):
-            try:
-                fn = obj.grad_fn
-            except Exception:  # pragma: no cover - exotic tensor subclasses
-                continue
-            if fn is not None:
-                fns.append(fn)
-    return reachable_nodes(fns, {})
+            yield obj
 
 
 def view_span(t: torch.Tensor) -> int:
@@ -899,7 +903,7 @@ class RetainedGraphProbe(Probe):
     def decide(cls, samples: dict[int, dict]) -> Measurement:
         """Growth over the checkpoints (see the class docstring for the thresholds)."""
         xs = sorted(samples)
-        first, last = samples[xs[0]], samples[xs[-1]]
+        last = samples[xs[-1]]
         stale = [e for x in xs for e in samples[x].get("stale", [])]
         if stale:
             e = stale[0]
@@ -923,13 +927,8 @@ class RetainedGraphProbe(Probe):
             # checkpoints within an optimizer step that see one step's micro-batch graphs fill up)
             # is not growth
             s = fit(get)
-            a, b = get(first), get(last)
-            ok = s is not None and s >= bound and a is not None and b is not None and b > a
-            back = 2 if high_water else 3
-            if ok and len(xs) > back:
-                earlier = get(samples[xs[-back]])
-                ok = earlier is not None and b > earlier
-            return s, ok
+            return s, s is not None and s >= bound and _still_rising([get(samples[x]) for x in xs],
+                                                                     2 if high_water else 3)
 
         node_key = "nodes" if all(samples[x].get("nodes") is not None for x in xs) else "holder_nodes"
         nodes, nodes_grow = grows(lambda s: s.get(node_key), cls.NODE_GROWTH)
@@ -971,8 +970,7 @@ class RetainedGraphProbe(Probe):
                 for key in held[xs[-1]]:
                     hs = slope([(x, held[x].get(key, {}).get("nodes", 0)) for x in xs])
                     if hs is not None and hs >= cls.NODE_GROWTH and \
-                            held[xs[-1]][key]["nodes"] > held[xs[0]].get(key, {}).get("nodes", 0) and \
-                            (len(xs) < 4 or held[xs[-1]][key]["nodes"] > held[xs[-3]].get(key, {}).get("nodes", 0)):
+                            _still_rising([held[x].get(key, {}).get("nodes", 0) for x in xs], 3):
                         growing.append((hs, key))
                 for hs, key in sorted(growing, reverse=True):
                     path, _, _, name = holder_parts(key)
@@ -1016,6 +1014,16 @@ class RetainedGraphProbe(Probe):
 # --------------------------------------------------------------------------------------------------
 # TGL201: module mode
 # --------------------------------------------------------------------------------------------------
+
+
+def _still_rising(values: list, back: int) -> bool:
+    """Whether a figure sampled at increasing checkpoints ends above where it started and, given
+    more than ``back`` samples, above the sample ``back`` places from the end (it still rises
+    late: a figure that levels off after warm-up is not growth); ``None`` samples are unknown."""
+    first, last = values[0], values[-1]
+    if first is None or last is None or not last > first:
+        return False
+    return len(values) <= back or (values[-back] is not None and last > values[-back])
 
 
 def _deliberate_codes() -> set:

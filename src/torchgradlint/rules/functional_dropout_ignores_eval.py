@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, GradMode, names_in
+from ..analysis.model import Call, FileModel, GradMode, is_zero_literal, names_in
 from ..analysis.module_class_facts import enclosing_method, is_torch_module_class, nodes_under_if, self_name
 from ..analysis.torch_api import FUNCTIONAL_DROPOUTS, SDPA, TORCH_DROPOUTS
 from ..registry import Finding, Rule
@@ -18,15 +18,6 @@ def _mentions_training(node: Optional[cst.CSTNode]) -> bool:
     """Whether an expression reads something called ``training`` (``self.training``,
     ``training``, ``is_training``, ``self.cfg.training``)."""
     return any("training" in n.rsplit(".", 1)[-1] for n in names_in(node))
-
-
-def _is_zero(node: Optional[cst.BaseExpression]) -> bool:
-    if isinstance(node, (cst.Integer, cst.Float)):
-        try:
-            return float(node.value) == 0.0
-        except ValueError:
-            return False
-    return False
 
 
 def _has_star(call: cst.Call) -> bool:
@@ -185,7 +176,7 @@ keep dropout at inference without saying so (then write `training=True`).
             training = cst.Attribute(value=cst.Name(me), attr=cst.Name("training"))
             if qn == SDPA:
                 p = c.arg(_SDPA_DROPOUT_POS, "dropout_p")
-                if p is None or _is_zero(p) or self._depends_on_training(model, p, c, method.node):
+                if p is None or is_zero_literal(p) or self._depends_on_training(model, p, c, method.node):
                     continue
                 value = p
                 if isinstance(value, (cst.IfExp, cst.Lambda)):
@@ -198,7 +189,7 @@ keep dropout at inference without saying so (then write `training=True`).
                 yield Finding(c.node, msg) if "\n" in text else Finding(c.node, msg, fix=(p, new))
                 continue
             p = c.arg(1, "p")
-            if _is_zero(p) or (p is not None and _mentions_training(p)):
+            if is_zero_literal(p) or (p is not None and _mentions_training(p)):
                 continue
             if qn in TORCH_DROPOUTS:
                 flag = c.arg(2, "train")

@@ -200,8 +200,8 @@ def _callers_reset(model: FileModel, fn, source: str) -> bool:
     unknown reach or those of the module passed for ``source``."""
     if fn is None:
         return True
+    head = source.partition(".")[0]
     for call in model.callers_of(fn):
-        head = source.partition(".")[0]
         arg = argument_for(call, fn, head) if head in fn.params else None
         passed = dotted_name(arg) if arg is not None else source
         span = (call.loop.order, call.loop.end) if call.loop is not None else None

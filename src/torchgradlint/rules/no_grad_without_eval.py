@@ -154,8 +154,9 @@ for epoch in range(epochs):
             text = _module_text(call)
             if text is None:
                 continue
-            generate = _library_generate(model, call)
-            if model.grad_mode(call) is not GradMode.DISABLED and not generate:
+            disabled = model.grad_mode(call) is GradMode.DISABLED
+            generate = not disabled and _library_generate(model, call)  # runs under generate's own no_grad
+            if not disabled and not generate:
                 continue
             if not is_module_at(model, call, text):
                 continue
@@ -178,7 +179,7 @@ for epoch in range(epochs):
                 continue  # a batch-norm generator sampled on noise in its own training loop (DCGAN's images)
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
-            if generate and model.grad_mode(call) is not GradMode.DISABLED:
+            if generate:
                 yield Finding.from_text(call.node, (
                     f"`{text}.generate(...)` may run `{text}` in training mode: it was trained or `.train()`-ed "
                     f"before, with no `.eval()` in between, and transformers' `generate` (under "

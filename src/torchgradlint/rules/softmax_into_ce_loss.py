@@ -8,6 +8,7 @@ import libcst as cst
 
 from ..analysis.model import Call, FileModel, Scope, _Located, argument_for
 from ..analysis.modes import module_classes, saved_objects, unwrap
+from ..analysis.provenance import call_fact
 from ..analysis.names import dotted_name
 from ..analysis.tree import walk
 from ..analysis.torch_api import (BCE_LOGITS, CE, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES, NLL,
@@ -212,7 +213,7 @@ class _Resolver:
         """The probability kind every ``return`` of the same-file function or method ``node`` calls
         gives (``probs = self._decode(x)`` with ``return F.softmax(...)``), else ``None``."""
         model = self.model
-        call = model.cached("softmax-into-ce-calls", lambda: {id(c.node): c for c in model.calls}).get(id(node))
+        call = call_fact(model, node)
         scopes = model.resolve_callee(call) if call is not None else []
         if len(scopes) != 1 or scopes[0].kind != "function" or scopes[0].name == "forward":
             return None
