@@ -379,8 +379,9 @@ def _agrees(source):
     assert out is not None and full is not None
     assert set(out["symbols"]) == set(full["symbols"])
     assert out["imports"] == full["imports"]
-    for name, (_, _, effect) in out["symbols"].items():
+    for name, (_, _, effect, outputs) in out["symbols"].items():
         assert effect in (project_index.UNDECIDED, full["symbols"][name][2]), name
+        assert outputs in (project_index.UNDECIDED, full["symbols"][name][3]), name
     return out
 
 
@@ -433,3 +434,170 @@ def test_an_outline_imports_no_libcst(tmp_path):
     assert probe("timed.py") == ["''", "False"]
     # the decorator that spells inference_mode needs the full summary (and the probe sees the import)
     assert probe("main.py") == ["'", "inference_mode'", "True"]
+
+
+# -- TGL303 across files: a model class of the project whose forward returns probabilities ----------
+NETWORKS = """\
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return F.softmax(self.fc(x), dim=-1)
+
+
+class ActorCritic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.v = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return F.softmax(self.fc(x), dim=-1), self.v(x)
+
+
+class LogPolicy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return F.log_softmax(self.fc(x), dim=-1)
+"""
+
+LOGITS = """\
+import torch.nn as nn
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+# An agent that takes the log of an imported network's output; no softmax in its own text.
+AGENT = """\
+import torch
+{imports}
+
+
+class Agent:
+    def __init__(self):
+        self.policy = {ctor}
+
+    def loss(self, x, a, ret):
+        probs = self.policy(x)
+        return -(torch.log(probs.gather(1, a)) * ret).mean()
+"""
+
+TRAIN_CE = """\
+import torch
+import torch.nn as nn
+{imports}
+
+model = {ctor}
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def check303(capsys, *argv):
+    rc = main(["check", "--no-cache", "--select", "TGL303", "--output-format", "concise", *argv])
+    out, _ = capsys.readouterr()
+    return rc, [line.split(": ", 1)[0] + " " + line.split(": ", 1)[1].split(" ", 1)[0]
+                for line in out.splitlines() if ": TGL" in line]
+
+
+@pytest.mark.parametrize("imports, ctor", [
+    ("from networks import Policy", "Policy()"),
+    ("from nets.networks import Policy", "Policy()"),
+    ("import networks", "networks.Policy()"),
+])
+def test_log_of_a_project_softmax_network_is_reported(tmp_path, capsys, imports, ctor):
+    files = {"networks.py": NETWORKS, "nets/networks.py": NETWORKS, "nets/__init__.py": "",
+             "agent.py": AGENT.format(imports=imports, ctor=ctor)}
+    write(tmp_path, files)
+    assert check303(capsys, "agent.py") == (1, ["agent.py:11:18 TGL303"])
+    # linted alone, the agent shows no softmax: silent (and skipped by the prefilter)
+    assert check303(capsys, "--no-project-index", "agent.py") == (0, [])
+
+
+def test_a_relative_import_of_a_softmax_network_is_followed(tmp_path, capsys):
+    write(tmp_path, {"pkg/__init__.py": "", "pkg/networks.py": NETWORKS,
+                     "pkg/agent.py": AGENT.format(imports="from .networks import Policy", ctor="Policy()")})
+    assert check303(capsys, "pkg/agent.py") == (1, ["pkg/agent.py:11:18 TGL303"])
+
+
+def test_cross_entropy_on_a_project_softmax_network_is_reported(tmp_path, capsys):
+    write(tmp_path, {"networks.py": NETWORKS,
+                     "train.py": TRAIN_CE.format(imports="from networks import Policy", ctor="Policy()")})
+    rc, found = check303(capsys, "train.py")
+    assert (rc, found) == (1, ["train.py:10:12 TGL303"])
+
+
+def test_an_element_of_a_project_networks_tuple_is_followed(tmp_path, capsys):
+    agent = AGENT.format(imports="from networks import ActorCritic", ctor="ActorCritic()").replace(
+        "probs = self.policy(x)", "probs, value = self.policy(x)")
+    write(tmp_path, {"networks.py": NETWORKS, "agent.py": agent})
+    assert check303(capsys, "agent.py") == (1, ["agent.py:11:18 TGL303"])
+    # the value head (element 1) is no probability
+    write(tmp_path, {"agent.py": agent.replace("probs, value = self.policy(x)", "value, probs = self.policy(x)")})
+    assert check303(capsys, "agent.py") == (0, [])
+
+
+@pytest.mark.parametrize("files, imports, ctor", [
+    ({"networks.py": NETWORKS}, "from networks import LogPolicy", "LogPolicy()"),  # log-probabilities
+    ({"classifier.py": LOGITS}, "from classifier import Classifier", "Classifier()"),  # logits
+    ({}, "from missing import Policy", "Policy()"),  # not a project file
+])
+def test_project_networks_without_probabilities_stay_silent(tmp_path, capsys, files, imports, ctor):
+    write(tmp_path, {**files, "agent.py": AGENT.format(imports=imports, ctor=ctor),
+                     "train.py": TRAIN_CE.format(imports=imports, ctor=ctor)})
+    assert check303(capsys, "agent.py", "train.py") == (0, [])
+
+
+def test_a_network_file_without_softmax_is_never_parsed(tmp_path, capsys, summarised):
+    """The outline of a file that spells no softmax or sigmoid says its classes return no
+    probabilities: the index makes no full (LibCST) summary of it."""
+    write(tmp_path, {"classifier.py": LOGITS,
+                     "train.py": TRAIN_CE.format(imports="from classifier import Classifier", ctor="Classifier()")})
+    assert check303(capsys, "train.py") == (0, [])
+    assert summarised() == []
+    write(tmp_path, {"networks.py": NETWORKS,
+                     "train.py": TRAIN_CE.format(imports="from networks import Policy", ctor="Policy()")})
+    assert check303(capsys, "train.py")[0] == 1
+    assert summarised() == ["networks.py"]
+
+
+def test_summaries_record_what_a_forward_returns():
+    summary = project_index.summarise(NETWORKS, "networks.py")
+    assert summary is not None
+    outputs = {name: s[3] for name, s in summary["symbols"].items()}
+    assert outputs == {"Policy": ["softmax", []], "ActorCritic": [None, ["softmax", None]], "LogPolicy": None}
+    outline = project_index.outline(NETWORKS)
+    assert {s[3] for s in outline["symbols"].values()} == {project_index.UNDECIDED}
+    assert {s[3] for s in project_index.outline(LOGITS)["symbols"].values()} == {None}
+
+
+def test_the_flake8_plugin_follows_project_softmax_networks(tmp_path):
+    import subprocess
+
+    write(tmp_path, {"networks.py": NETWORKS, "agent.py": AGENT.format(imports="from networks import Policy",
+                                                                         ctor="Policy()")})
+    (tmp_path / ".git").mkdir()
+    out = subprocess.run([sys.executable, "-m", "flake8", "--isolated", "--select=TGL", "agent.py"],
+                         capture_output=True, text=True, cwd=tmp_path).stdout
+    assert [line.split(" ", 2)[:2] for line in out.splitlines()] == [["agent.py:11:18:", "TGL303"]]

@@ -24,6 +24,7 @@ from .cells import foreign_spans, in_spans
 from .notebook import JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells
 from .positions import node_ranges
 from .prefilter import FileFacts, candidate_rules
+from .project_index import revived_rules
 from .registry import Rule
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -212,10 +213,6 @@ def lint_source(
         return _lint_paused(source, path, rules, apply_noqa, facts or FileFacts(source, tree), project, parser)
 
 
-# What :meth:`ProjectIndex.prefilter_hint` can add to a file's text.
-_GRAD_HINTS = "\n# inference_mode set_grad_enabled"
-
-
 def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa: bool,
                  facts: FileFacts, project: Optional["ProjectIndex"] = None,
                  parser: Optional["IncrementalParser"] = None) -> LintResult:
@@ -224,18 +221,10 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     scan)."""
     active = candidate_rules(source, rules, facts=facts)
     used: dict[str, str] = {}
-    # The prefilter sees one file: a decorator of the project that switches grad mode off is spelled
-    # elsewhere. The rules it would revive run when the model shows such a decorator; a file the
-    # prefilter would skip whole is looked at first (Python's ``ast``, its imports resolved).
     revivable: list[type[Rule]] = []
-    if project is not None and len(active) < len(rules):
-        revivable = [r for r in candidate_rules(source + _GRAD_HINTS, rules, facts=facts.with_comment(_GRAD_HINTS))
-                     if r not in active]
-        if revivable and not active:
-            hint = project.prefilter_hint(path, source, used, lambda: facts.tree)
-            if hint:
-                active = candidate_rules(source + "\n#" + hint, rules, facts=facts.with_comment("\n#" + hint))
-                revivable = [r for r in revivable if r not in active]
+    if project is not None:  # rules that facts of other project files bring in
+        run, revivable = revived_rules(lambda: project, path, source, rules, active, facts, used)
+        active = [*active, *run]
     if not active:
         return LintResult([], False, [[p, d] for p, d in sorted(used.items())])
     indents: Optional[_ExpandedIndentation] = None

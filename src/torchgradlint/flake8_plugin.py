@@ -202,8 +202,9 @@ class Plugin:
     def _ruled_out(self, source: str) -> bool:
         """Whether the prefilter rules the file out for every selected code,
         decided on :mod:`torchgradlint.rule_index`: no rule, no LibCST and no
-        analysis is imported for such a file (unless a decorator of the file
-        must be looked up in the project index)."""
+        analysis is imported for such a file (unless a decorator or an
+        imported model class of the file must be looked up in the project
+        index: :func:`~torchgradlint.project_index.revived_rules`)."""
         from .prefilter import FileFacts, PrefilterSpec, candidate_rules
         from .registry import rule_index
 
@@ -217,11 +218,10 @@ class Plugin:
         self._facts = FileFacts(source, tree)  # shared with the engine (tree, call scan, verdicts)
         if candidate_rules(source, specs, facts=self._facts):
             return False
-        project = self._project() if "@" in source else None
-        facts = self._facts
-        hint = project.prefilter_hint(self.filename, source, {}, lambda: facts.tree) if project is not None else ""
-        return not (hint and candidate_rules(source + "\n#" + hint, specs,
-                                             facts=self._facts.with_comment("\n#" + hint)))
+        from .project_index import revived_rules
+
+        run, _ = revived_rules(self._project, self.filename, source, specs, [], self._facts, {})
+        return not run
 
     def _project(self) -> "Optional[ProjectIndex]":
         """The project index of this file: the one of the nearest folder

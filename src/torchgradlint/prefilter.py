@@ -56,7 +56,7 @@ import ast
 import re
 import unicodedata
 import warnings
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS,
                                  LOGIT_LOSS_MODULES, PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA,
@@ -249,13 +249,17 @@ class FileFacts:
         # the tree and the scan's results, shared with :meth:`with_comment`'s copies
         self._shared: dict[str, object] = {"tree": tree} if tree is not None else {}
         self._verdicts: dict[str, bool] = {}  # premise name -> verdict, for this text
+        self._extra_called: frozenset[str] = frozenset()  # see :meth:`with_comment`
 
-    def with_comment(self, comment: str) -> "FileFacts":
+    def with_comment(self, comment: str, calls: Iterable[str] = ()) -> "FileFacts":
         """The facts of this file's text with ``comment`` (comment lines only)
         appended: the same tree and call scan, each built at most once for
-        both, and only when a premise asks."""
+        both, and only when a premise asks; ``calls``: names the copy's
+        :attr:`called` adds (what another file of the project is known to
+        call for this one: a softmax in an imported model's ``forward``)."""
         other = FileFacts(self.source + comment)
         other._shared = self._shared
+        other._extra_called = frozenset(calls)
         return other
 
     @property
@@ -283,7 +287,8 @@ class FileFacts:
         """The called names (see the class docstring); empty without a tree."""
         if "called" not in self._shared:
             self._scan()
-        return self._shared["called"]  # type: ignore[return-value]
+        called: set[str] = self._shared["called"]  # type: ignore[assignment]
+        return called | self._extra_called if self._extra_called else called
 
     @property
     def switches_to_eval(self) -> bool:
@@ -758,6 +763,15 @@ _PROBABILITY_CALLS = last_names(PROBABILITY_FUNCTIONS) | last_names(PROBABILITY_
 _LOGIT_LOSS_CALLS = last_names(LOGIT_LOSS_FUNCTIONS) | last_names(LOGIT_LOSS_MODULES) | {"log"}
 
 
+# What the project index can add for a file with a decorator of its project that switches grad mode
+# (:meth:`~torchgradlint.project_index.ProjectIndex.prefilter_hint` gives which).
+GRAD_HINT = "\n# inference_mode set_grad_enabled"
+# What the project index can add for a file that imports a module class of its project whose
+# ``forward`` returns probabilities: a softmax call, as text and as a called name.
+PROBABILITY_HINT = "\n# softmax"
+PROBABILITY_HINT_CALLS = frozenset({"softmax"})
+
+
 def may_feed_probabilities_to_loss(facts: FileFacts) -> bool:
     """TGL303's premise: the file calls a softmax/sigmoid (function, method or
     module constructor) and a loss that takes logits or log-probabilities
@@ -954,6 +968,6 @@ def _lacks_grad_evidence(facts: FileFacts) -> bool:
 
 
 __all__ = ["TORCH_HINTS", "OTHER_FRAMEWORKS", "GRAD_EVIDENCE", "AST_PREFILTERS", "FileFacts", "text_matches",
-           "PrefilterSpec",
+           "PrefilterSpec", "GRAD_HINT", "PROBABILITY_HINT", "PROBABILITY_HINT_CALLS",
            "is_other_framework_code", "python_ast",
            "runs_code_at_definition_time", "may_call_backward", "lacks_grad_evidence", "candidate_rules"]

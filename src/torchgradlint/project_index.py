@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover - LibCST is imported only when a file is s
     import libcst as cst
 
     from .analysis.model import GradMode
+    from .prefilter import FileFacts
 
 MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 """Files or folders whose presence makes a folder a project root."""
@@ -66,7 +67,7 @@ measured corpora reaches it: transformers has 4,700 Python files)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """A larger file is not summarised (the largest in the corpora is 1.0 MB)."""
 
-_FORMAT = 2  # 2: entries may hold an outline (``"partial"``)
+_FORMAT = 3  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns
 # ``@name`` / ``@a.b(...)`` at the start of a line: a decorator, by text.
 _DECORATOR = re.compile(r"^[ \t]*@[ \t]*([A-Za-z_][\w.]*)", re.MULTILINE)
 # Decorators that cannot come from the project.
@@ -187,6 +188,9 @@ class _Recorder:
     def decorator(self, text: str) -> None:
         return None
 
+    def forward_kind(self, text: str, index: Optional[int] = None) -> None:
+        return None  # a summary holds what the file's own code shows
+
 
 def _spec(text: str, relative: dict[str, str]) -> str:
     """``text`` (a qualified name, or one bound by a relative import) as an import spec."""
@@ -216,10 +220,13 @@ def summarise(source: str, path: str) -> Optional[dict]:
     not parse.
 
     Returns:
-        ``{"symbols": {name: [sensitive, deps, effect]}, "imports": {name: spec}}``:
+        ``{"symbols": {name: [sensitive, deps, effect, outputs]}, "imports": {name: spec}}``:
         for each module-level class and function, whether its own source may
         make a forward depend on training mode, the import specs it takes
-        from elsewhere whose verdicts decide it, and its decorator effect;
+        from elsewhere whose verdicts decide it, its decorator effect, and
+        for a module class whose ``forward`` returns probabilities what it
+        returns (:func:`torchgradlint.analysis.probabilities.forward_kinds`:
+        ``[kind, [kind of each tuple element]]``, else ``None``);
         ``imports``: every module-level name the file imports (for
         re-exports), as import specs.
     """
@@ -227,6 +234,7 @@ def summarise(source: str, path: str) -> Optional[dict]:
 
     from .analysis import build_model
     from .analysis.modes import class_sensitive, code_sensitive
+    from .analysis.probabilities import forward_kinds
     from .engine import parse_module
 
     try:
@@ -247,11 +255,13 @@ def summarise(source: str, path: str) -> Optional[dict]:
             local = class_sensitive(model, name)
         else:
             local = code_sensitive(model, code, name, {name})
+        outputs = None
         if isinstance(node, cst.ClassDef):  # a class decorates by what it derives from (a ContextDecorator)
             effect = _grad_effect(model, " ".join(_dotted(arg.value) or "" for arg in node.bases))
+            outputs = forward_kinds(model, name)
         else:
             effect = _grad_effect(model, code)
-        symbols[name] = [bool(local), sorted(recorder.deps), effect]
+        symbols[name] = [bool(local), sorted(recorder.deps), effect, outputs]
     model.project = None
     imports = {local: spec for local, spec in model.names.aliases.items() if "." in spec}
     imports.update(relative)
@@ -261,6 +271,9 @@ def summarise(source: str, path: str) -> Optional[dict]:
 # Words without which no code can name a grad-mode API (:data:`_DISABLING`, :data:`_SWITCHING`, and every
 # spelling ``names.CANONICAL`` maps to them, keep the last name).
 _GRAD_WORDS = re.compile(r"no_grad|enable_grad|set_grad_enabled|inference_mode")
+# Words without which no code of a file can make a probability (TGL303's first text group; a forward
+# that returns one spells it in its own file: the summary does not follow other files).
+_PROBABILITY_WORDS = re.compile(r"softmax|Softmax|sigmoid|Sigmoid|expit")
 UNDECIDED = "?"
 """An outline's decorator effect that only the full summary can give."""
 
@@ -273,12 +286,13 @@ def outline(source: str) -> Optional[dict]:
     Returns:
         :func:`summarise`'s shape, with ``"partial": True``: the same symbol
         names and ``imports`` (so names resolve without the full summary);
-        each symbol is ``[None, None, effect]``, its verdict unknown until
-        the full summary is made, and its decorator effect ``None`` when no
+        each symbol is ``[None, None, effect, outputs]``, its verdict unknown
+        until the full summary is made, its decorator effect ``None`` when no
         grad-mode API's name can be spelled in the lines LibCST gives the
         definition (its leading comments, decorators, body and trailing
         comments all lie between the statements before and after it), else
-        :data:`UNDECIDED`.
+        :data:`UNDECIDED`, and a class's outputs ``None`` when the file
+        spells no softmax or sigmoid, else :data:`UNDECIDED`.
     """
     try:
         tree = ast.parse(source)
@@ -288,6 +302,7 @@ def outline(source: str) -> Optional[dict]:
     top = list(_module_level(tree.body, lines))
     defs = [n for n in top if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
     symbols: dict[str, list] = {}
+    probabilities = UNDECIDED if _PROBABILITY_WORDS.search(source) else None
     if defs and _GRAD_WORDS.search(source):
         statements = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
         starts = sorted(_first_line(n) for n in statements)
@@ -301,6 +316,8 @@ def outline(source: str) -> Optional[dict]:
     else:
         for node in defs:
             symbols[node.name] = [None, None, None]
+    for node in defs:
+        symbols[node.name].append(probabilities if isinstance(node, ast.ClassDef) else None)
     return {"symbols": symbols, "imports": _ast_imports(tree, top), "partial": True}
 
 
@@ -532,15 +549,27 @@ class ProjectIndex:
         """The decorator effect of the definition ``name`` of the file
         ``path`` (``"disabled"``, ``"unknown"`` or ``None``; see
         :func:`summarise`), from its outline when that decides it."""
+        return self._symbol_field(path, name, 2)
+
+    def outputs(self, path: Path, name: str) -> Optional[list]:
+        """What the ``forward`` of the module class ``name`` of the file
+        ``path`` returns when that is a probability (``[kind, [kind of each
+        tuple element]]``; see :func:`summarise`), else ``None``; from its
+        outline when the file spells no softmax or sigmoid."""
+        return self._symbol_field(path, name, 3)
+
+    def _symbol_field(self, path: Path, name: str, field: int) -> object:
+        """Field ``field`` of the symbol ``name`` in the summary of ``path``:
+        from its outline, or from the full summary when the outline leaves it
+        :data:`UNDECIDED`; ``None`` when the file has no such symbol."""
         entry = self.entry(path)
-        if entry is None or not entry[3]:
-            return None
-        effect = entry[3]["symbols"][name][2]
-        if effect == UNDECIDED:
-            entry = self.full_entry(path)
+        for _ in range(2):
             symbol = entry[3]["symbols"].get(name) if entry is not None and entry[3] else None
-            effect = symbol[2] if symbol is not None else None
-        return effect
+            value = symbol[field] if symbol is not None else None
+            if value != UNDECIDED:
+                return value
+            entry = self.full_entry(path)
+        return None
 
     def digest(self, path: str) -> Optional[str]:
         """The SHA-256 of the file ``path`` as it is now, without reading it
@@ -679,7 +708,7 @@ class ProjectIndex:
         if entry is None or not entry[3] or name not in entry[3]["symbols"]:
             return True
         used[str(path)] = entry[0]
-        local, deps, _ = entry[3]["symbols"][name]
+        local, deps = entry[3]["symbols"][name][:2]
         if local:
             return True
         for dep in deps:
@@ -744,6 +773,50 @@ class ProjectIndex:
                 hint += " set_grad_enabled"
         return hint
 
+    def imports_probabilities(self, path: str, source: str, used: dict[str, str],
+                              tree: "Optional[ast.Module] | Callable[[], Optional[ast.Module]]" = None) -> bool:
+        """Whether the file ``path`` (text ``source``) imports a module class
+        of its project whose ``forward`` returns probabilities (a softmax or
+        sigmoid output, or a tuple holding one): the prefilter, which sees
+        one file, cannot know that ``loss = ce(Net()(x), y)`` takes one.
+        Imports are read from Python's ``ast`` (``tree``: the file's, or a
+        function that gives it, when the caller has one); ``used`` collects
+        the files consulted."""
+        if callable(tree):
+            tree = tree()
+        elif tree is None:
+            from .prefilter import python_ast
+
+            tree = python_ast(source)
+        if tree is None:
+            return False
+        importer = Path(os.path.abspath(path))
+        top = list(_module_level(tree.body, source.splitlines()))
+        targets = [self.resolve(spec, importer) for spec in _ast_imports(tree, top).values()]
+        for node in ast.walk(tree):  # ``import networks`` then ``networks.Policy()``: any class of the module
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    module = self._project_module(alias.name, importer)
+                    entry = self.entry(module) if module is not None else None
+                    if entry is not None and entry[3]:
+                        targets += [(module, name) for name in entry[3]["symbols"]]
+        for target in targets:
+            if target is not None and self.outputs(*target):
+                self._note(target[0], used)
+                return True
+        return False
+
+    def _project_module(self, dotted: str, importer: Path) -> Optional[Path]:
+        """The project file that ``import dotted`` in ``importer`` imports, else ``None``."""
+        parts = dotted.split(".")
+        if parts[0] == "torch":
+            return None
+        for base in self._bases(importer):
+            found = self._module_file(base, parts)
+            if found is not None and found != importer:
+                return found
+        return None
+
     def view(self, path: str, module: cst.Module, used: Optional[dict[str, str]] = None) -> "ProjectView":
         """The index as the file ``path`` (parsed as ``module``) sees it;
         ``used``: files already consulted for it (by :meth:`prefilter_hint`)."""
@@ -797,9 +870,69 @@ class ProjectView:
         self.switches_grad = self.switches_grad or effect is not None
         return Decorator({"disabled": GradMode.DISABLED, "unknown": GradMode.UNKNOWN}.get(effect))
 
+    def forward_kind(self, text: str, index: Optional[int] = None) -> Optional[str]:
+        """What the ``forward`` of the project module class ``text`` names
+        returns: ``"softmax"``/``"sigmoid"`` for a probability (with
+        ``index``: element ``index`` of the tuple it returns), else ``None``
+        (also when the index cannot find the class)."""
+        target = self._resolve(text)
+        outputs = self.index.outputs(*target) if target is not None else None
+        if not outputs:
+            return None
+        whole, elements = outputs
+        if index is None:
+            return whole
+        return elements[index] if index < len(elements) else None
+
     def deps(self) -> list[list[str]]:
         """``[path, sha256]`` of every project file consulted so far."""
         return [[p, d] for p, d in sorted(self.used.items()) if Path(p) != self.path]
+
+
+def revived_rules(index: "Callable[[], Optional[ProjectIndex]]", path: str, source: str, rules: Sequence,
+                  active: Sequence, facts: "FileFacts", used: dict[str, str]) -> tuple[list, list]:
+    """The rules beyond the prefilter's candidates ``active`` that facts of
+    other project files bring in. The prefilter sees one file: a decorator
+    of the project that disables grad mode, or a model class of the
+    project whose ``forward`` returns probabilities, is spelled elsewhere.
+
+    Args:
+        index: gives the file's project index (or ``None``); called only
+            when some rule could be revived, so a file no hint concerns
+            never opens it.
+        path, source: the file and its text.
+        rules: the enabled rules (classes or
+            :class:`~torchgradlint.prefilter.PrefilterSpec`).
+        active: :func:`~torchgradlint.prefilter.candidate_rules` of the file.
+        facts: the prefilter's :class:`~torchgradlint.prefilter.FileFacts`.
+        used: collects ``path -> sha256`` of the project files consulted.
+
+    Returns:
+        ``(run, revivable)``: rules to run as well, and rules to run only
+        if the file's model shows a project decorator that switches grad
+        mode (:attr:`ProjectView.switches_grad`).
+    """
+    from .prefilter import GRAD_HINT, PROBABILITY_HINT, PROBABILITY_HINT_CALLS, candidate_rules
+
+    def beyond(hint: str, calls: Iterable[str] = ()) -> list:
+        return [r for r in candidate_rules(source + hint, rules, facts=facts.with_comment(hint, calls))
+                if r not in active]
+
+    run: list = []
+    revivable = beyond(GRAD_HINT) if len(active) < len(rules) else []
+    if revivable and not active and "@" in source:
+        project = index()
+        hint = project.prefilter_hint(path, source, used, lambda: facts.tree) if project is not None else ""
+        if hint:
+            run = beyond("\n#" + hint)
+            revivable = [r for r in revivable if r not in run]
+    probable = [r for r in beyond(PROBABILITY_HINT, PROBABILITY_HINT_CALLS) if r not in run] \
+        if len(active) + len(run) < len(rules) else []
+    if probable:
+        project = index()
+        if project is not None and project.imports_probabilities(path, source, used, lambda: facts.tree):
+            run += probable
+    return run, revivable
 
 
 _OPEN: dict[tuple[str, Optional[str]], ProjectIndex] = {}
