@@ -122,3 +122,43 @@ def test_message_names_the_wrapper():
     (d,) = lint_source(cls("self.layers = {'a': nn.Linear(2, 2)}\n"), "x.py", [UnregisteredSubmodule]).diagnostics
     text = f"{d.message} {d.detail}"  # the short message plus its detail
     assert "nn.ModuleDict" in text and "`nn.Linear`" in text
+
+
+BLOCK = """
+class Block(nn.Module):
+    def __init__(self, k, layer=None):
+        super().__init__()
+        self.k = k
+{body}
+    def forward(self, x):
+        return {forward}
+"""
+
+
+@pytest.mark.parametrize("body, forward, fires", [
+    ("        self.pool = nn.AvgPool1d(k)\n", "self.pool(x) * (self.k - 1) // 2", False),  # stateless
+    ("        self.act = nn.ReLU()\n", "self.act(x)", False),
+    ("        self.pool = nn.Conv1d(1, 1, k)\n", "self.pool(x)", True),  # parameters
+    ("        self.drop = nn.Dropout(0.1)\n", "self.drop(x)", True),  # train/eval behaviour
+    ("        self.norm = nn.BatchNorm1d(k)\n", "self.norm(x)", True),  # buffers
+    ("        self.layer = layer\n", "self.layer(x)", True),  # a module handed in may hold parameters
+    ("        self.layer = make_layer(k)\n", "self.layer(x)", True),  # so may what a helper builds
+    ("        self.w = nn.Parameter(torch.ones(k))\n", "x * self.w", True),
+    ("        self.register_buffer('m', torch.zeros(k))\n", "x - self.m", True),
+    ("", "x if self.training else x * 2", True),  # mode-dependent forward
+])
+def test_a_same_file_class_in_a_plain_list_matters_only_with_state(body, forward, fires):
+    src = HEADER + BLOCK.format(body=body, forward=forward) + (
+        "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.blocks = [Block(k) for k in (3, 5)]\n"
+        "    def forward(self, x):\n        return sum(b(x) for b in self.blocks)\n")
+    assert bool(lines(src)) is fires
+
+
+def test_a_stateless_class_derived_from_a_stateful_one_is_stateful():
+    src = HEADER + BLOCK.format(body="        self.fc = nn.Linear(k, k)\n", forward="self.fc(x)") + (
+        "class Child(Block):\n    pass\n"
+        "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.blocks = [Child(k) for k in (3, 5)]\n"
+        "    def forward(self, x):\n        return sum(b(x) for b in self.blocks)\n")
+    assert lines(src) != []

@@ -2,6 +2,8 @@
 
 import textwrap
 
+import pytest
+
 from torchgradlint.engine import lint_source
 from torchgradlint.rules.no_grad_without_eval import NoGradWithoutEval
 
@@ -72,7 +74,42 @@ def test_freshly_constructed_module_is_in_training_mode():
     assert lines("""
 with torch.no_grad():
     out = model(x_val)
+print(out)
 """) == [3]
+
+
+def test_a_dummy_forward_of_a_fresh_module_is_no_evaluation():
+    # PyTorch Geometric's hetero examples: ``with torch.no_grad(): out = model(...)  # Initialize lazy
+    # modules.`` before the optimizer is built; the output is never read
+    for dummy in ("out = model(x_val)", "model(x_val)", "out, aux = model(x_val)"):
+        assert lines(f"""
+with torch.no_grad():
+    {dummy}
+optimizer = torch.optim.Adam(model.parameters())
+""") == []
+    # a function reading its own ``out`` reads another variable
+    assert lines("""
+with torch.no_grad():
+    out = model(x_val)
+def train():
+    out = model(x)
+    return out
+""") == []
+    # read later (a function that does not bind it reads the module's), or trained before: flagged
+    assert lines("""
+with torch.no_grad():
+    out = model(x_val)
+def show():
+    print(out)
+""") == [3]
+    assert lines("""
+for x, y in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+with torch.no_grad():
+    out = model(x_val)
+""") == [7]
 
 
 def test_constructed_in_eval_mode_is_silent():
@@ -511,6 +548,7 @@ def test_layer_named_by_a_variable_counts_by_what_the_variable_builds():
         net = nn.Sequential(nn.Linear(2, 5), NL, nn.Linear(5, 2))
         with torch.no_grad():
             y = net(x)
+        plot(y)
     """, header=False) == []
     assert lines("""
     import torch
@@ -520,6 +558,7 @@ def test_layer_named_by_a_variable_counts_by_what_the_variable_builds():
         net = nn.Sequential(nn.Linear(2, 5), NL, nn.Linear(5, 2))
         with torch.no_grad():
             y = net(x)
+        plot(y)
     """, header=False) == [8]
 
 
@@ -714,6 +753,7 @@ def test_layer_names_in_comments_and_docstrings_are_no_layers():
     layer = GATLayer(2, 2)
     with torch.no_grad():
         out = layer(x)
+    print(out)
     """
     assert lines(source.format(extra=""), header=False) == []
     assert lines(source.format(extra="\n            self.drop = nn.Dropout(0.1)"), header=False) == [20]
@@ -1013,3 +1053,48 @@ def test_generate_of_a_project_model_without_transformers_is_not_assumed_no_grad
             optimizer.step()
             out = model.generate(content, style)
         """, header=False) == []
+
+
+def test_a_pass_whose_sum_is_backpropagated_after_the_loop_is_training():
+    # PyTorch Geometric's mem_pool example: a second pass over the training data sums an auxiliary loss,
+    # backpropagated once after the loop
+    source = """
+    def train():
+        model.train()
+        for data in loader:
+            optimizer.zero_grad()
+            F.nll_loss(model(data)[0], data.y).backward()
+            optimizer.step()
+        kl_loss = 0.
+        optimizer.zero_grad()
+        for data in loader:
+            kl_loss += model(data)[1]
+        kl_loss /= len(loader)
+        {last}
+    """
+    assert lines(source.format(last="kl_loss.backward()")) == []
+    assert lines(source.format(last="print(float(kl_loss))")) == [10]  # an evaluation pass after training
+
+
+@pytest.mark.parametrize("ctor, expected", [
+    ("GCN(16, 32, 2, 4)", []),  # PyG's BasicGNN models: dropout 0.0 and no norm by default
+    ("GAT(16, 32, 2, 4, heads=4)", []),
+    ("GCN(16, 32, 2, 4, dropout=0.5)", [11]),
+    ("GCN(16, 32, 2, 4, 0.5)", [11]),  # dropout given by position
+    ("GraphSAGE(16, 32, 2, 4, norm='batch_norm')", [11]),
+    ("GIN(16, 32, 2, 4, **cfg)", [11]),  # arguments it cannot see
+])
+def test_pyg_basic_gnn_models_are_mode_free_unless_given_dropout_or_norm(ctor, expected):
+    assert lines(f"""
+    import torch
+    from torch_geometric.nn import GCN, GAT, GraphSAGE, GIN
+    model = {ctor}
+    opt = torch.optim.Adam(model.parameters())
+    for data in loader:
+        opt.zero_grad()
+        model(data.x, data.edge_index).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        pred = model(data.x, data.edge_index).argmax(-1)
+    print(pred)
+    """, header=False) == expected

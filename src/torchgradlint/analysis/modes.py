@@ -42,8 +42,9 @@ import libcst as cst
 from .model import (RECEIVER_METHODS, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
                     is_literal, is_zero_literal, names_in, unwrap)
 from .names import dotted_name
+from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
-from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_LAYER
+from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER
 from .tree import walk
 
 EVAL = "eval"
@@ -513,7 +514,29 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
     if cls in MODE_FREE_LIBRARY_CLASSES:
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
                    for a in node.args)
+    if cls in MODE_FREE_UNLESS_GIVEN:
+        return _gives_mode_arguments(node, MODE_FREE_UNLESS_GIVEN[cls])
     return _outside(model, qn) is not False  # a class of the project: the index may know it
+
+
+def _gives_mode_arguments(node: cst.Call, dropout_position: int) -> bool:
+    """Whether a constructor call of a :data:`MODE_FREE_UNLESS_GIVEN` class
+    gives it a dropout rate other than 0 (by keyword or at
+    ``dropout_position``), a ``norm`` other than ``None``, or arguments
+    it cannot see (``*args``, ``**kwargs``)."""
+    positional = 0
+    for a in node.args:
+        if a.star:
+            return True
+        if a.keyword is None:
+            positional += 1
+            if positional == dropout_position + 1 and not is_zero_literal(a.value):
+                return True
+        elif a.keyword.value == "dropout" and not is_zero_literal(a.value):
+            return True
+        elif a.keyword.value == "norm" and not (isinstance(a.value, cst.Name) and a.value.value == "None"):
+            return True
+    return positional > dropout_position + 4  # ``norm`` given by position
 
 
 _LOADED = "<torch.load>"
@@ -1311,6 +1334,21 @@ def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
     if not pairs:
         return True
     return any(modes_at(model, site, o) & TRAINING_KINDS and mode_sensitive_at(model, site, o) for site, o in pairs)
+
+
+def initialises_fresh_module(model: FileModel, call: Call, text: str) -> bool:
+    """Whether the module call ``call`` of ``text`` is a dummy forward of a
+    module built and never trained yet whose output is never read
+    (``with torch.no_grad(): out = model(x)`` to initialise lazy modules, as
+    PyTorch Geometric's examples do before building the optimizer): it
+    evaluates nothing, and nothing trained can be spoiled yet."""
+    if modes_at(model, call, text) - {BUILT}:
+        return False
+    stmt = call.statement
+    if isinstance(stmt, cst.Expr) and stmt.value is call.node:
+        return True
+    names = assigned_names(stmt, call.node)
+    return bool(names) and never_read(model, names, call.scope)
 
 
 def recalibrates_statistics(model: FileModel, call: Call) -> bool:

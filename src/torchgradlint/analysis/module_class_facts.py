@@ -16,8 +16,9 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import ClassInfo, FileModel, Scope, names_in
+from .model import ClassInfo, FileModel, Scope, names_in, unwrap
 from .modes import module_classes
+from .names import dotted_name
 from .tree import walk
 
 # Frameworks with an ``nn`` namespace of their own: a class deriving from one of
@@ -227,8 +228,70 @@ def is_stateful_module_ctor(model: FileModel, node: Optional[cst.BaseExpression]
         return not _STATELESS.match(name)
     if isinstance(node, cst.Call):
         qn = model.qualname(node.func) or ""
-        return "." not in qn and is_torch_module_class(model, qn)
+        return "." not in qn and is_torch_module_class(model, qn) and not stateless_module_class(model, qn)
     return False
+
+
+_MODULE_ROOTS = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+_STATE_CALLS = frozenset({"register_parameter", "register_buffer", "add_module", "register_module", "setattr",
+                          "__setattr__", "load_state_dict"})
+
+
+def stateless_module_class(model: FileModel, name: str, seen: Optional[frozenset[str]] = None) -> bool:
+    """Whether instances of the same-file module class ``name`` hold neither
+    parameters nor buffers and behave alike in training and eval mode, so
+    that keeping them in a plain list changes nothing (``class
+    moving_avg(nn.Module)`` holding an ``nn.AvgPool1d``): it derives from
+    ``nn.Module`` directly or through such classes; every module it builds is
+    a stateless ``torch.nn`` layer (:data:`_STATELESS`) or an instance of
+    such a class; it creates no ``nn.Parameter`` and no tensor, registers
+    nothing by name, never reads ``self.training``, and every value stored on
+    ``self`` from elsewhere (a parameter of ``__init__``) is neither called
+    nor has an attribute read (``self.kernel_size = kernel_size``, used in
+    arithmetic, is a number; ``self.block = block`` or ``self.block =
+    make_block()`` called in ``forward`` may be a module with parameters).
+    Plain tensors stored on ``self`` are no state a registration would
+    change."""
+    seen = seen or frozenset()
+    info = model.classes.get(name)
+    if info is None or name in seen or not info.bases:
+        return False
+    seen = seen | {name}
+    for base in info.bases:
+        if base not in _MODULE_ROOTS and not ("." not in base and base in model.classes
+                                              and stateless_module_class(model, base, seen)):
+            return False
+    stored: set[str] = set()  # attributes holding a value the class did not build
+    for node in walk(info.node):
+        if isinstance(node, cst.Attribute) and node.attr.value == "training" and dotted_name(node.value) == "self":
+            return False
+        if isinstance(node, cst.Call):
+            qn = model.qualname(node.func) or ""
+            last = qn.rsplit(".", 1)[-1] if qn else (node.func.attr.value if isinstance(node.func, cst.Attribute)
+                                                      else "")
+            if last in _STATE_CALLS or nn_layer_name(model, node) in ("Parameter", "ParameterList", "ParameterDict",
+                                                                      "Buffer"):
+                return False
+            if nn_layer_name(model, node) is not None and is_stateful_module_ctor(model, node):
+                return False
+            if "." not in qn and qn in model.classes and not stateless_module_class(model, qn, seen):
+                return False
+    for method in info.methods.values():
+        for a in model.assigns_in_scope(method):
+            for t in a.targets:
+                value = unwrap(a.value) if a.value is not None else None
+                built = isinstance(value, cst.Call) and (nn_layer_name(model, value) is not None or (
+                    model.qualname(value.func) or "") in model.classes)
+                if t.kind == "attr" and t.text and t.text.startswith("self.") and t.text.count(".") == 1 and not built:
+                    stored.add(t.text)
+    if not stored:
+        return True
+    for node in walk(info.node):  # ``self.block(x)``, ``self.block.weight``: maybe a module from outside
+        if isinstance(node, cst.Call) and dotted_name(node.func) in stored:
+            return False
+        if isinstance(node, cst.Attribute) and dotted_name(node.value) in stored:
+            return False
+    return True
 
 
 def is_requires_grad_tensor(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:

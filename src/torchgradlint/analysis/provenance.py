@@ -560,6 +560,10 @@ class _Evaluator:
             returned = self._at_call_site(value, b, depth, self.same_file_call(value, b, depth, index))
             if returned is not None and (returned.attached or returned.detached or not is_module_call(self.m, value)):
                 return returned
+            if returned is None:
+                returned = self.forward_element(value, b, depth, index)
+                if returned is not None and returned.detached:
+                    return returned  # ``out, _, ratio = model(data)``: the forward returns a number there
         whole = self.expr(value, b, depth + 1)
         if whole.attached and not whole.weak:
             return whole  # outputs of a forward, a loss call or a differentiable op
@@ -698,10 +702,9 @@ class _Evaluator:
                 frame[a.keyword.value] = self.expr(a.value, at, depth + 1)
         return frame
 
-    def module_forward(self, node: cst.Call, at: _Located, depth: int) -> Optional[Provenance]:
-        """What a call of a same-file module class instance returns when its
-        ``forward`` computes every returned value under no_grad (the module
-        cuts the graph); ``None`` otherwise."""
+    def _forward(self, node: cst.Call) -> Optional[Scope]:
+        """The ``forward`` of the same-file module class whose instance ``node``
+        calls, when it can be evaluated here (not already being evaluated)."""
         m = self.m
         text = dotted_name(node.func)
         if not text:
@@ -711,6 +714,27 @@ class _Evaluator:
             return None
         fwd = m.classes[cls].methods.get("forward")
         if fwd is None or id(fwd) in self.env or self.call_depth >= _MAX_CALL_DEPTH:
+            return None
+        return fwd
+
+    def forward_element(self, node: cst.Call, at: _Located, depth: int, index: int) -> Optional[Provenance]:
+        """Element ``index`` of the tuple the ``forward`` of the same-file module
+        class ``node`` calls returns, whatever its inputs (its parameters
+        unknown): detached only where every ``return`` gives there a value that
+        holds no graph (``ratio = x.size(0) / n``, ``loss.item()``);
+        ``None`` when ``node`` calls no such module."""
+        fwd = self._forward(node)
+        if fwd is None:
+            return None
+        return self._returned(fwd, {}, {}, at, depth, index, (_frame_key({}), ()))
+
+    def module_forward(self, node: cst.Call, at: _Located, depth: int) -> Optional[Provenance]:
+        """What a call of a same-file module class instance returns when its
+        ``forward`` computes every returned value under no_grad (the module
+        cuts the graph); ``None`` otherwise."""
+        m = self.m
+        fwd = self._forward(node)
+        if fwd is None:
             return None
         returns = [r for r in m.returns_of(fwd) if r.value is not None]
         if not returns:

@@ -110,6 +110,14 @@ MODE_FREE_LIBRARY_CLASSES = frozenset({
         "LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MistralModel",
         "Qwen2ForCausalLM", "Qwen2Model", "GemmaForCausalLM", "GemmaModel")),
 })
+# torch_geometric's ``BasicGNN`` models, ``(in_channels, hidden_channels, num_layers,
+# out_channels=None, dropout=0.0, act, act_first, act_kwargs, norm=None, ...)``: no
+# dropout and no normalisation unless the constructor call gives them (the position of
+# ``dropout``; a ``dropout`` other than 0, a ``norm`` other than ``None`` or ``**kwargs``
+# make a call mode-sensitive).
+MODE_FREE_UNLESS_GIVEN = {f"torch_geometric.nn.{path}{name}": 4
+                          for path in ("", "models.", "models.basic_gnn.")
+                          for name in ("GCN", "GraphSAGE", "GIN", "GAT", "PNA", "EdgeCNN")}
 # Class methods that build an instance of their class.
 CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})
 

@@ -178,12 +178,14 @@ def step_span(model: FileModel, call: Call) -> Optional[tuple[int, int]]:
     return (fn.order, fn.end) if fn is not None else None
 
 
-def feeds_backward(model: FileModel, call: Call) -> bool:
+def feeds_backward(model: FileModel, call: Call, after_loops: bool = False) -> bool:
     """Whether what ``call`` computes flows, later in the same iteration of
     an enclosing loop (or the same call of a loop-free update function),
     into a value that is backpropagated: a training-time
     forward (a GAN's generator sampled for the discriminator step, an RL
     rollout of the policy being trained, pseudo-labels), not an evaluation.
+    With ``after_loops``: anywhere later in the same function, also after
+    the loops (``for b in loader: kl += model(b)``, then ``kl.backward()``).
 
     Names are followed forward through bindings, through containers that
     a tainted value is stored into (``rollout.append((obs, r))``,
@@ -193,6 +195,8 @@ def feeds_backward(model: FileModel, call: Call) -> bool:
     if span is None:
         return False
     start, end = span
+    if after_loops:
+        end = max(end, call.scope.end)
     tainted: set[str] = set()
     facts = sorted([*model.assigns_within(call.order, end), *model.calls_within(call.order, end)],
                    key=lambda f: f.order)

@@ -12,6 +12,7 @@ from ..analysis.modes import (
     TRAINED,
     dropout_free_at,
     events,
+    initialises_fresh_module,
     is_module_at,
     modes_at,
     mode_sensitive_at,
@@ -68,7 +69,15 @@ noise (`torch.randn(...)`, directly or through a name such as `fixed_noise`)
 inside the loop that trains it, the PyTorch DCGAN tutorial's progress images:
 the noise has the statistics of the training batches, so this is a
 training-mode forward on a training-like batch, not an evaluation on held-out
-data. With dropout in the generator it is still reported.
+data. With dropout in the generator it is still reported. A dummy forward of
+a module built and not trained yet whose output is never read (`with
+torch.no_grad(): out = model(data)` to initialise lazy modules, as PyTorch
+Geometric's examples write it) evaluates nothing and is not reported either;
+nor is a pass over the data whose outputs are summed into a loss that is
+backpropagated after the loop (an auxiliary loss over the whole training
+set). PyTorch Geometric's `GCN`/`GraphSAGE`/`GIN`/`GAT`/`PNA`/`EdgeCNN`
+models count as mode-free unless the constructor call gives them a `dropout`
+other than 0, a `norm` or `**kwargs`.
 
 ## Why is this bad?
 `no_grad` only stops autograd from recording the graph; it does not change the
@@ -131,6 +140,8 @@ for epoch in range(epochs):
                 continue
             if recalibrates_statistics(model, call) or _during_construction(model, call.scope):
                 continue
+            if feeds_backward(model, call, after_loops=True):
+                continue  # a training pass whose sum is backpropagated after the loop
             found.setdefault(id(loop), (loop, []))[1].append(text)
         for loop, texts in found.values():
             names = " and ".join(f"`{t}`" for t in texts)
@@ -170,8 +181,8 @@ for epoch in range(epochs):
                 continue  # a hand-written update_bn pass: training mode on purpose
             if switched_to_training_for(model, call, text) and statistics_free_at(model, call, text):
                 continue  # Monte-Carlo dropout: `.train()` chosen for this sampling, no statistics to spoil
-            if _during_construction(model, call.scope):
-                continue  # a shape probe while the module is built: nothing trained to evaluate yet
+            if _during_construction(model, call.scope) or initialises_fresh_module(model, call, text):
+                continue  # a shape probe or a lazy-module initialisation: nothing trained to evaluate yet
             if feeds_backward(model, call) and _trained_in_loop(model, call, text):
                 continue  # a training-time forward (GAN sample, RL rollout, pseudo-labels), not an evaluation
             if _samples_noise(model, call) and dropout_free_at(model, call, text) \

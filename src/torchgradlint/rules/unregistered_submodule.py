@@ -81,7 +81,8 @@ another method) or never read at all, and no `nn.ModuleList`, `ModuleDict`,
 `register_parameter` wraps it anywhere in the class. It stays silent on MLX,
 Flax and Haiku modules (their `nn` registers lists), on `nn.Sequential(*self.layers)`,
 on lists of functions or stateless layers (`[F.relu, torch.tanh]`,
-`[nn.ReLU(), nn.Tanh()]`), on tensors without `requires_grad=True`, when
+`[nn.ReLU(), nn.Tanh()]`, or instances of a same-file module class that
+holds nothing else: Autoformer's `series_decomp` around an `nn.AvgPool1d`), on tensors without `requires_grad=True`, when
 the class registers its layers itself (`add_module`, `setattr(self, ...)`),
 when the class overrides `parameters()` (it hands its tensors to the optimizer
 itself), and when the container is handed to another object in `__init__`.
