@@ -167,3 +167,17 @@ def test_notebook_from_a_subprocess(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
     assert "nb.ipynb:cell 2:6:5: TGL001" in proc.stdout
+
+
+def test_a_cell_whose_first_line_is_indented_runs_as_ipython_runs_it(tmp_path, capsys):
+    """rasbt's machine-learning-book ch13: a cell `` def compute_z(a, b, c):`` (one stray space) runs
+    in Jupyter, whose first input cleanup removes the first line's indentation from every line that
+    starts with it; it is linted, and columns are those of the cell."""
+    loop = code("  for _ in range(3):", "      loss = model(torch.randn(2, 4)).sum()", "      loss.backward()",
+                "      opt.step()")
+    write_nb(tmp_path / "nb.ipynb", notebook(SETUP, loop))
+    rc, out, _ = run(capsys, "nb.ipynb")
+    assert rc == 1 and out.startswith("nb.ipynb:cell 2:4:7: TGL001 `opt` steps")
+    joined = join_cells([" def f(a):\n    return a\n", "  x = 1\n y = 2\n"])
+    assert joined.source.splitlines() == ["def f(a):", "   return a", "x = 1", " y = 2"]
+    assert joined.shifts == {0: 1, 1: 1, 2: 2}

@@ -1098,3 +1098,31 @@ def test_pyg_basic_gnn_models_are_mode_free_unless_given_dropout_or_norm(ctor, e
         pred = model(data.x, data.edge_index).argmax(-1)
     print(pred)
     """, header=False) == expected
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("", []),  # rasbt's machine-learning-book ch13: Linear and ReLU only
+    ("all_layers.append(nn.Dropout(0.2))", [16]),
+    ("all_layers.extend([nn.BatchNorm1d(4)])", [16]),
+    ("all_layers.extend(more)", [16]),  # a list it cannot see
+    ("all_layers += [nn.Dropout(0.2)]", [16]),
+])
+def test_sequential_unpacking_a_list_built_by_appends_counts_its_items(extra, expected):
+    assert lines(f"""
+    import torch
+    from torch import nn
+    all_layers = []
+    for hidden in [8, 4]:
+        layer = nn.Linear(4, hidden)
+        all_layers.append(layer)
+        all_layers.append(nn.ReLU())
+    {extra}
+    model = nn.Sequential(*all_layers)
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    with torch.no_grad():
+        pred = model(x_test)
+    print(pred)
+    """, header=False) == expected

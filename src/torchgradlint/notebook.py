@@ -7,8 +7,10 @@ is not Python is replaced by lines that keep the line count: a cell magic cell
 a shell escape (``!pip install``), an assignment from one (``x = !ls``), a
 magic written without ``%`` that is no Python statement (``pip install x``,
 ``cd ..``: IPython's automagic) and a help line (``obj?``, ``??obj``, a
-wildcard search ``torch.*Tensor?``) become ``pass`` at the same indentation. ``# noqa`` comments work inside cells as in
-files.
+wildcard search ``torch.*Tensor?``) become ``pass`` at the same indentation;
+as IPython does first, a cell whose first line is indented loses that
+indentation on every line that starts with it (columns are mapped back).
+``# noqa`` comments work inside cells as in files.
 
 Findings are mapped back to ``(cell, line in cell)``: ``Diagnostic.cell`` is
 the 1-based index of the code cell among the notebook's code cells (markdown
@@ -177,6 +179,8 @@ class JoinedSource:
 
     source: str
     origin: list[tuple[int, int]]
+    # joined line index (0-based) -> columns IPython's leading-indent cleanup removed from it
+    shifts: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def cell_starts(self) -> dict[int, int]:
         """``cell -> first joined line`` (1-based) of every cell with lines."""
@@ -194,7 +198,7 @@ class JoinedSource:
         """The same program with ``cells`` replaced by blank lines (same line numbers)."""
         lines = self.source.split("\n")
         kept = ["" if self.origin[i][0] in cells else line for i, line in enumerate(lines[:len(self.origin)])]
-        return JoinedSource("".join(line + "\n" for line in kept), self.origin)
+        return JoinedSource("".join(line + "\n" for line in kept), self.origin, self.shifts)
 
     def locate(self, line: int) -> tuple[int, int]:
         """``(cell, line in cell)`` of a 1-based joined line (clamped)."""
@@ -208,14 +212,35 @@ def join_cells(cells: Sequence[str]) -> JoinedSource:
     of another framework (:mod:`torchgradlint.cells`) blanked."""
     lines: list[str] = []
     origin: list[tuple[int, int]] = []
+    shifts: dict[int, int] = {}
     for n, cell in enumerate(cells, start=1):
+        cell, removed = _leading_indent(cell)
         cell_lines = _python_lines(cell)
         if foreign_cell(cell_lines):  # another framework's cell: kept as blank lines
             cell_lines = [""] * len(cell_lines)
         for i, line in enumerate(cell_lines, start=1):
+            if removed[i - 1]:
+                shifts[len(lines)] = removed[i - 1]
             lines.append(line)
             origin.append((n, i))
-    return JoinedSource("".join(line + "\n" for line in lines), origin)
+    return JoinedSource("".join(line + "\n" for line in lines), origin, shifts)
+
+
+_INDENT = re.compile(r"[ \t]+")
+
+
+def _leading_indent(cell: str) -> tuple[str, list[int]]:
+    """IPython's first input cleanup (``inputtransformer2.leading_indent``):
+    when a cell's first line is indented, that indentation is removed from
+    every line that starts with it (`` def f(a):`` / ``    return a`` runs
+    in Jupyter). Returns the cell and, per line, the columns removed."""
+    lines = split_lines(cell, True)
+    m = _INDENT.match(lines[0]) if lines else None
+    if m is None:
+        return cell, [0] * len(lines)
+    space = m.group(0)
+    removed = [len(space) if line.startswith(space) else 0 for line in lines]
+    return "".join(line[k:] for line, k in zip(lines, removed)), removed
 
 
 def _language_is_python(nb: dict[str, Any]) -> bool:
@@ -262,11 +287,13 @@ def map_to_cells(result: LintResult, joined: JoinedSource) -> LintResult:
     for d in result.diagnostics:
         cell, line = joined.locate(d.line)
         end_cell, end_line = joined.locate(d.end_line)
-        end_col = d.end_col
+        col = d.col + joined.shifts.get(d.line - 1, 0)
+        end_col = d.end_col + joined.shifts.get(d.end_line - 1, 0)
         if end_cell != cell:  # a span cannot leave its cell: clamp to one character
-            end_line, end_col = line, d.col + 1
+            end_line, end_col = line, col + 1
         # Fixes hold joined-source positions: not applicable to the JSON file, so dropped.
-        mapped.append(dataclasses.replace(d, line=line, end_line=end_line, end_col=end_col, cell=cell, fix=None))
+        mapped.append(dataclasses.replace(d, line=line, col=col, end_line=end_line, end_col=end_col, cell=cell,
+                                          fix=None))
     return LintResult(mapped, result.parsed)
 
 

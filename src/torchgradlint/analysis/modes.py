@@ -503,7 +503,11 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
                     # ``Sequential(OrderedDict([("fc", nn.Linear(...)), ...]))``: the named layers
                     values = [e.value.elements[-1].value if isinstance(e.value, cst.Tuple) and e.value.elements
                               else e.value for e in a.value.args[0].value.elements]
-                if a.star or any(_expr_sensitive(model, v, seen) for v in values):
+                if a.star:
+                    values = _list_items(model, a.value, seen) if a.star == "*" else None
+                    if values is None:
+                        return True  # ``Sequential(*layers)`` of a list the file does not show
+                if any(_expr_sensitive(model, v, seen) for v in values):
                     return True
         return False
     if "." not in qn and last in model.classes:
@@ -640,6 +644,54 @@ def _bound_values(model: FileModel, name: str, seen: frozenset[str]) -> Optional
                            for a in bindings):
         return None
     return [a.value for a in bindings]
+
+
+_LIST_ADDS = frozenset({"append", "extend", "insert"})
+
+
+def _list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str]) -> Optional[list]:
+    """What the list ``node`` unpacked into a container (``nn.Sequential(*layers)``)
+    may hold: the elements of every display and comprehension bound to the
+    variable, and every value added to it anywhere in the file
+    (``layers.append(nn.Linear(a, b))``, ``extend([...])``, ``insert(i, x)``,
+    ``layers += [...]``); ``None`` when one of these is not visible."""
+    node = unwrap(node)
+    if isinstance(node, (cst.List, cst.Tuple)):
+        displays = [node]
+    elif isinstance(node, cst.Name):
+        displays = _bound_values(model, node.value, seen)
+        if displays is None:
+            return None
+        for a in model.assigns:
+            if a.kind == "augassign" and a.binds(node.value):
+                return None  # ``layers += [...]``: kept simple, unknown
+    else:
+        return None
+    items: list = []
+    for d in displays:
+        d = unwrap(d)
+        if isinstance(d, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in d.elements):
+            items += [e.value for e in d.elements]
+        elif isinstance(d, cst.ListComp):
+            items.append(d.elt)
+        else:
+            return None
+    if isinstance(node, cst.Name):
+        for c in model.calls:
+            if c.receiver_text != node.value or c.method not in _LIST_ADDS:
+                continue
+            arg = c.arg(1 if c.method == "insert" else 0)
+            if arg is None or any(a.star for a in c.node.args):
+                return None
+            if c.method == "extend":
+                arg = unwrap(arg)
+                if not isinstance(arg, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement)
+                                                                     for e in arg.elements):
+                    return None
+                items += [e.value for e in arg.elements]
+            else:
+                items.append(arg)
+    return items
 
 
 def _code(node: cst.CSTNode) -> str:
