@@ -583,3 +583,30 @@ def test_an_ema_object_passed_to_the_training_function_is_no_optimizer():
         """
     assert lines(src) == []
     assert lines(src.replace("ema_optimizer = WeightEMA()", "ema_optimizer = make_ema()")) == [13]
+
+
+ENGINE = """
+import torch
+from ignite.engine import Engine
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+def update_fn(engine, batch):
+    model.train()
+    {reset}
+    loss = model(batch).sum()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+trainer = Engine({handed})
+trainer.run(loader, max_epochs=2)
+"""
+
+
+def test_a_step_function_run_by_an_ignite_engine_must_reset_its_gradients():
+    # pytorch/ignite's EfficientNet fine-tuning notebook: ``update_fn`` never calls zero_grad
+    assert lines(ENGINE.format(reset="", handed="update_fn")) == [12]
+    assert lines(ENGINE.format(reset="", handed="process_function=update_fn")) == [12]
+    assert lines(ENGINE.format(reset="optimizer.zero_grad()", handed="update_fn")) == []
+    assert lines(ENGINE.format(reset="", handed="other_fn")) == []  # not the engine's step: its callers' job

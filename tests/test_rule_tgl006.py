@@ -162,3 +162,27 @@ def test_a_stateless_class_derived_from_a_stateful_one_is_stateful():
         "        self.blocks = [Child(k) for k in (3, 5)]\n"
         "    def forward(self, x):\n        return sum(b(x) for b in self.blocks)\n")
     assert lines(src) != []
+
+
+def test_a_tensor_only_initialised_in_init_is_unregistered():
+    # rasbt's machine-learning-book ch13: ``nn.init.xavier_normal_(self.w1)`` is no use of the tensor
+    assert lines(HEADER + "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.w1 = torch.empty(2, 3, requires_grad=True)\n"
+                 "        nn.init.xavier_normal_(self.w1)\n"
+                 "        self.w2 = torch.empty(2, requires_grad=True)\n"
+                 "        self.w2.uniform_(-1, 1)\n") == [7, 9]
+    # a tensor used while building (the value read) stays silent
+    assert lines(HEADER + "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.w1 = torch.empty(2, 3, requires_grad=True)\n"
+                 "        self.fc = nn.Linear(2, 3)\n        self.fc.weight.data.copy_(self.w1)\n") == []
+
+
+def test_every_definition_of_a_class_defined_twice_is_checked():
+    # a notebook that redefines ``MyModule`` in a later cell: the first definition is checked too
+    first = ("class MyModule(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+             "        self.w = torch.zeros(2, requires_grad=True)\n"
+             "    def forward(self, x):\n        return x * self.w\n")
+    second = ("class MyModule(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+              "        self.w = nn.Parameter(torch.zeros(2))\n"
+              "    def forward(self, x):\n        return x * self.w\n")
+    assert lines(HEADER + first + second) == [7]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import libcst as cst
+
 from ..analysis.grad_handoff import GradHandoff, grad_handoffs
 from ..analysis.model import Call, FileModel, argument_for, is_literal
 from ..analysis.names import dotted_name
@@ -59,7 +61,11 @@ the helper's body were inline, and reported at the helper call; a helper that
 holds its own training loop is reported there, once. A reset aimed at one
 optimizer (`opt_d.zero_grad()`) does not cover a second optimizer constructed
 in the same file (`opt_g.step()` in a GAN loop). Files that import another
-framework (MXNet, TensorFlow, JAX...) and not torch are skipped.
+framework (MXNet, TensorFlow, JAX...) and not torch are skipped. A step
+function that a library runs once per iteration as its whole training step
+(`Engine(update_fn)`, PyTorch Ignite, which resets no gradient itself) is
+judged as a loop body: a backward and a step in it with no reset are
+reported.
 
 It also checks gradients handed from one model to another by reference, as
 asynchronous actor-critic (A3C) workers do: a local model backpropagates, its
@@ -112,6 +118,15 @@ for x, y in loader:
             resets = [r for r in resets_within(model, *span)
                       if r.fact is None or not model.exclusive(r.fact, site.via)]
             if loop is None and not resets:
+                fn = model.enclosing_function(site.via.scope)
+                driver = _iteration_driver(model, fn) if site.via is site.step.call else None
+                if driver is not None:
+                    opt = site.step.optimizer or "the optimizer"
+                    yield Finding(site.step.call.node, (
+                        f"`{opt}` steps after `backward()` in `{fn.name}`, which `{driver}(...)` runs once per "
+                        "iteration, but its gradients are never reset"), detail=(
+                        f"so each step applies the sum of all earlier gradients; call `{opt}.zero_grad()` in "
+                        f"`{fn.name}` before the backward"))
                 continue  # a step function without any reset: its callers' job
             if loop is None and site.via is site.step.call and fresh_in_loop(
                     model, site.step.optimizer, site.step.call, model.enclosing_function(site.via.scope)):
@@ -149,6 +164,11 @@ for x, y in loader:
                        "never reset in the loop or the helper, so each step applies the sum of all earlier "
                        "gradients; call `zero_grad()` once per iteration")
             yield Finding.from_text(site.via.node, msg)
+
+
+#: library calls that run a given function once per iteration as the training step
+_ITERATION_DRIVERS = frozenset({"ignite.engine.Engine", "ignite.engine.engine.Engine",
+                                "ignite.engine.DeterministicEngine", "ignite.engine.deterministic.DeterministicEngine"})
 
 
 def _unreset_handoff(model: FileModel, site, loop, span, resets) -> Optional[GradHandoff]:
@@ -235,6 +255,22 @@ def _canonical(model: FileModel, text, at, depth: int = 0):
             and dotted_name(binding.value) is not None:
         return _canonical(model, dotted_name(binding.value), binding, depth + 1)
     return text
+
+
+def _iteration_driver(model: FileModel, fn) -> Optional[str]:
+    """The text of a library call that runs the same-file function ``fn`` once
+    per iteration as its whole training step (``Engine(update_fn)``, PyTorch
+    Ignite's :class:`~ignite.engine.Engine`: its ``process_function`` is the
+    loop body; Ignite resets no gradient itself), else ``None``."""
+    if fn is None or fn.kind != "function" or fn.class_name is not None:
+        return None
+    for call in model.calls:
+        if (call.qualname or "") not in _ITERATION_DRIVERS:
+            continue
+        arg = call.arg(0, "process_function")
+        if isinstance(arg, cst.Name) and arg.value == fn.name:
+            return call.func_text
+    return None
 
 
 def _step_function(model: FileModel, site):

@@ -15,6 +15,7 @@ from ..analysis.module_class_facts import (
     nn_layer_name,
     self_name,
 )
+from ..analysis.names import dotted_name
 from ..analysis.tree import walk
 from ..registry import Finding, Rule
 
@@ -49,6 +50,22 @@ def _elements(node: cst.BaseExpression) -> Optional[tuple[str, list[cst.BaseExpr
     return None
 
 
+def _initialised(model: FileModel, init: Scope, text: str) -> set[int]:
+    """Ids of the ``text`` nodes (``self.w``) that ``init`` only initialises in
+    place: the tensor of ``torch.nn.init.xavier_normal_(self.w)``, the receiver
+    of ``self.w.uniform_(-1, 1)`` (an in-place method): no use of the value."""
+    out: set[int] = set()
+    for c in model.calls_in_scope(init):
+        qn = c.qualname or ""
+        if qn.startswith("torch.nn.init."):
+            arg = c.arg(0, "tensor")
+            if arg is not None and dotted_name(arg) == text:
+                out.add(id(arg))
+        elif c.receiver_text == text and c.method and c.method.endswith("_") and not c.method.startswith("_"):
+            out.add(id(c.receiver))
+    return out
+
+
 class UnregisteredSubmodule(Rule):
     """Layers or trainable tensors kept where ``nn.Module`` does not register them.
 
@@ -76,7 +93,9 @@ modules or trainable tensors where the module cannot register them:
 - `self.w = torch.randn(..., requires_grad=True)` (or a list of such tensors).
 
 It fires when the attribute is read outside `__init__` (in `forward` or
-another method) or never read at all, and no `nn.ModuleList`, `ModuleDict`,
+another method) or never read at all (an in-place initialisation in
+`__init__`, `nn.init.xavier_normal_(self.w)` or `self.w.uniform_()`, is no
+read; every definition of a class a notebook defines twice is checked), and no `nn.ModuleList`, `ModuleDict`,
 `Sequential`, `ParameterList`, `Parameter`, `register_buffer` or
 `register_parameter` wraps it anywhere in the class. It stays silent on MLX,
 Flax and Haiku modules (their `nn` registers lists), on `nn.Sequential(*self.layers)`,
@@ -250,7 +269,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
 
     # -- check -----------------------------------------------------------------------------------
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for info in list(model.classes.values()):
+        for info in [c for versions in model.class_versions.values() for c in versions]:  # redefinitions too
             init = info.methods.get("__init__")
             if init is None or not is_torch_module_class(model, info.name, lenient=True):
                 continue
@@ -276,6 +295,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                           if x.text == t.text}
                 writes |= {id(c.receiver) for c in model.calls_in_scope(init)
                            if c.receiver_text == t.text and c.method in _BUILD_METHODS}
+                writes |= _initialised(model, init, t.text)
                 reads = self._reads(model, info, t.text, writes)
                 if reads == {"__init__"}:
                     continue  # used only while building: what it became is decided there
