@@ -443,3 +443,48 @@ def test_accumulated_micro_batch_losses_of_one_step_are_not_reported():
             optimizer.step()
             return total_loss.item()
         """) == []
+
+
+def test_a_method_no_tensor_has_is_another_objects():
+    # IBM/pytorch-seq2seq: ``loss = self.loss`` (a loss accumulator whose ``backward()`` the trainer
+    # calls), ``return loss.get_loss()`` (a float), summed per batch
+    source = """
+    import torch
+
+    class Trainer:
+        def _train_batch(self, x, y, model):
+            loss = self.loss
+            loss.reset()
+            loss.eval_batch(model(x), y)
+            model.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            return loss.{method}
+
+        def train(self, data, model):
+            total = 0
+            for x, y in data:
+                step_loss = self._train_batch(x, y, model)
+                total += step_loss
+            return total
+    """
+    assert lines(source.format(method="get_loss()")) == []
+    plain = """
+    import torch
+    model = torch.nn.Linear(2, 1)
+    criterion = torch.nn.MSELoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_batch(x, y):
+        opt.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss{method}
+
+    total = 0
+    for x, y in data:
+        total += train_batch(x, y)
+    """
+    assert lines(plain.format(method=".float()")) == [16]  # a tensor method keeps the graph
+    assert lines(plain.format(method=".get_loss()")) == []  # no tensor has it: another object's

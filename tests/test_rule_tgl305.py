@@ -104,3 +104,20 @@ def test_non_torch_adam_is_silent():
         from mylib import Adam
         opt2 = Adam(model.parameters())
     """) == []
+
+
+def test_an_optimizer_handed_to_a_master_weights_wrapper_steps_float32():
+    # kimiyoung/transformer-xl: ``model.half()``, ``optim.Adam(model.parameters())``, then apex's
+    # ``FP16_Optimizer(optimizer)``, which steps float32 master copies of the parameters
+    source = """
+        import torch
+        from apex.fp16_utils import FP16_Optimizer
+        from apex import amp
+        model = torch.nn.Linear(4, 4)
+        model.half()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        {wrap}
+    """
+    assert lines(source.format(wrap="optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)")) == []
+    assert lines(source.format(wrap="model, optimizer = amp.initialize(model, optimizer, opt_level='O2')")) == []
+    assert lines(source.format(wrap="other = FP16_Optimizer(other_optimizer)")) == [7]

@@ -43,6 +43,7 @@ from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, c
 from .tree import iter_children, node_types, walk
 from .names import dotted_name
 from .steps import backward_call
+from .tensor_methods import TENSOR_ATTRIBUTES
 
 
 class State(enum.Enum):
@@ -923,7 +924,7 @@ class _Evaluator:
             return Provenance(State.DETACHED, explicit=(node,))  # ``torch_item(x)``: named after .item()
         # An unknown callee: its result may carry its tensor arguments' graph.
         parts = self._taint(node, at, depth)
-        if isinstance(func, cst.Attribute):
+        if isinstance(func, cst.Attribute) and not _foreign_method(m, func):
             parts.append(self.expr(func.value, at, depth + 1))
         inference = any(p.inference for p in parts)
         if mode is GradMode.ENABLED and any(p.attached and p.sources and not p.weak for p in parts):
@@ -953,6 +954,21 @@ class _Evaluator:
                     s for p in parts if not p.detached for s in p.sources), inference=inference)
             return _unknown(inference)
         return self._op(at, parts, node)
+
+
+def _foreign_method(model: FileModel, func: cst.Attribute) -> bool:
+    """Whether the unknown method ``func`` (``recv.name``) says nothing about
+    its receiver's graph: no ``torch.Tensor`` has a method ``name``, so a
+    receiver spelled as a name (``loss.get_loss()``, ``self.meter.avg()``) is
+    some other object, not the tensor the analysis may take it for. A
+    receiver known or named to be a module (``model.encode(x)``) computes
+    from its weights and keeps the receiver's part."""
+    if func.attr.value in TENSOR_ATTRIBUTES:
+        return False
+    text = dotted_name(func.value)
+    if text is None:
+        return False
+    return not (modes.is_module(model, text) or modes.MODULE_NAME.match(text.rsplit(".", 1)[-1]))
 
 
 def _abstract(model: FileModel, fn: Scope) -> bool:

@@ -39,6 +39,24 @@ def _number(node: Optional[cst.BaseExpression]) -> Optional[float]:
     return None
 
 
+#: wrappers that keep float32 master copies of the parameters and hand those to the optimizer
+_MASTER_WEIGHTS = frozenset({"apex.fp16_utils.FP16_Optimizer", "apex.fp16_utils.fp16_optimizer.FP16_Optimizer",
+                             "apex.optimizers.FP16_Optimizer", "apex.amp.initialize"})
+
+
+def _master_weights(model: FileModel, adam: Call) -> bool:
+    """Whether the optimizer ``adam`` builds is handed to a wrapper that steps
+    float32 master weights instead (apex's ``FP16_Optimizer(optimizer)``,
+    ``amp.initialize(model, optimizer, opt_level="O2")``): its eps then acts
+    on float32 values."""
+    names = {t.text for a in model.assigns if a.value is adam.node for t in a.targets if t.text}
+    if not names:
+        return False
+    return any((c.qualname or "") in _MASTER_WEIGHTS and c.order > adam.order
+               and any(dotted_name(a.value) in names for a in c.node.args)
+               for c in model.calls)
+
+
 def half_conversion(model: FileModel, call: Call) -> Optional[str]:
     """The module text converted to float16 by ``call`` (``M.half()``, ``M.to(torch.float16)``,
     ``M.to(dtype=torch.half)``, ``M.type(torch.float16)``), else ``None``. ``M`` must be known to
@@ -101,7 +119,9 @@ constructor chain such as `Net().half()` — when `eps` is left at its default
 with `torch.autocast` and `GradScaler` (the parameters stay float32), for an
 explicit `eps` of 1e-7 or more (or one it cannot evaluate), and for a module
 converted to float16 only after the optimizer was built (inference or export
-after training).
+after training), or an optimizer handed to a wrapper that steps float32
+master weights (apex's `FP16_Optimizer(optimizer)`, `amp.initialize(model,
+optimizer, ...)`).
 
 ## Why is this bad?
 The optimizer's state has the parameters' dtype. Adam divides by
@@ -156,7 +176,7 @@ Better still, keep the parameters in float32 and train with
                 continue
             owners = _param_owners(model, params, call)
             half = self._converted_before(model, call, owners, halves)
-            if half is None:
+            if half is None or _master_weights(model, call):
                 continue
             half_call, text = half
             line = f"`{model.module.code_for_node(half_call.node)}`"
