@@ -610,3 +610,46 @@ def test_a_step_function_run_by_an_ignite_engine_must_reset_its_gradients():
     assert lines(ENGINE.format(reset="", handed="process_function=update_fn")) == [12]
     assert lines(ENGINE.format(reset="optimizer.zero_grad()", handed="update_fn")) == []
     assert lines(ENGINE.format(reset="", handed="other_fn")) == []  # not the engine's step: its callers' job
+
+
+def test_a_helper_steps_the_optimizer_its_caller_passes():
+    # a GAN loop that resets ``opt_d`` and calls one step helper for both networks: only the call
+    # that passes ``opt_g`` (never reset) is reported, and the message names it
+    source = """
+    import torch
+    G = torch.nn.Linear(2, 2)
+    D = torch.nn.Linear(2, 1)
+    opt_g = torch.optim.Adam(G.parameters())
+    opt_d = torch.optim.Adam(D.parameters())
+
+    def step(model, x, optimizer):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+    for x in loader:
+        opt_d.zero_grad()
+        step(D, x, opt_d)
+        step(G, x, optimizer=opt_g)
+    """
+    found = lint_source(textwrap.dedent(source), "x.py", [MissingZeroGrad]).diagnostics
+    assert [(d.line, "`opt_g`" in d.message) for d in found] == [(16, True)]
+
+
+def test_a_closure_over_a_factory_parameter_may_step_the_loops_optimizer():
+    # open_clip: ``train_step = make_step(task, optimizer)`` closes over the factory's parameter; the
+    # loop zeroes ``optimizer`` (bound to ``state.optimizer``) before each call
+    assert lines("""
+    def make_step(model, optimizer):
+        def train_step(batch):
+            model(batch).sum().backward()
+            optimizer.step()
+        return train_step
+
+    def train_one_epoch(state, loader):
+        optimizer = state.optimizer
+        train_step = make_step(state.model, optimizer)
+        for batch in loader:
+            optimizer.zero_grad()
+            train_step(batch)
+    """) == []

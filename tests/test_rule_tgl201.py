@@ -1126,3 +1126,45 @@ def test_sequential_unpacking_a_list_built_by_appends_counts_its_items(extra, ex
         pred = model(x_test)
     print(pred)
     """, header=False) == expected
+
+
+def test_torchvision_feature_extractors_keep_the_wrapped_models_mode():
+    # kohya-ss/sd-scripts: ``IntermediateLayerGetter(vgg16_model.features, ...)`` of a VGG put in eval
+    # mode by the caller; the getter runs the given submodules, in their own mode
+    assert lines("""
+    import torch
+    import torchvision
+
+    class Pipeline:
+        def __init__(self, vgg16_model):
+            self.feat = torchvision.models._utils.IntermediateLayerGetter(
+                vgg16_model.features, return_layers={"3": "feat"})
+
+        @torch.no_grad()
+        def guide(self, images):
+            return self.feat(images)["feat"]
+    """, header=False) == []
+
+
+def test_a_feature_cache_forward_of_the_module_trained_in_the_step_is_training():
+    # open_clip's gradient accumulation: features of each micro-batch computed under no_grad in training
+    # mode, used as negatives by the forward that is backpropagated (through a ``backward`` helper)
+    source = """
+    import torch
+
+    def backward(total_loss, scaler):
+        total_loss.backward()
+
+    def train_step(model, batches, optimizer, scaler):
+        cached = []
+        with torch.no_grad():
+            for b in batches:
+                cached.append(model(b))
+        optimizer.zero_grad()
+        for j, b in enumerate(batches):
+            out = model(b)
+            loss = contrastive(torch.cat(cached[:j] + [out] + cached[j + 1:]))
+            {last}
+        optimizer.step()
+    """
+    assert lines(source.format(last="backward(loss, scaler)")) == []

@@ -66,7 +66,10 @@ _MODULE_BASES = frozenset({"torch.nn.Module", "torch.jit.ScriptModule", "pytorch
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer"})
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 _PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
-                           "torch.nn.parallel.DistributedDataParallel", "torch.jit.script"})
+                           "torch.nn.parallel.DistributedDataParallel", "torch.jit.script",
+                           # torchvision's feature extractors run the given model's own submodules
+                           "torchvision.models._utils.IntermediateLayerGetter",
+                           "torchvision.models.feature_extraction.create_feature_extractor"})
 # Names that hold a module by convention (``model``, ``net``, ``self.encoder``...).
 MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"

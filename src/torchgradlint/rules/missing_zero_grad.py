@@ -135,6 +135,11 @@ for x, y in loader:
                    for fn in closure_functions(model, site.step.closure, site.step.call)):
                 continue
             stepped = _canonical(model, site.step.optimizer, site.step.call)
+            passed = _passed_optimizer(model, site)
+            if passed is not None:
+                stepped = _canonical(model, passed, site.via)  # ``step(G, x, opt_g)``: the helper steps ``opt_g``
+            elif resets and loop is not None and _outer_parameter(model, site.step.optimizer, site.step.call, loop):
+                continue  # a closure's parameter: which optimizer the loop's reset clears is unknown
             if resets and (not is_optimizer(model, site.step.optimizer) or any(
                     reset_covers(model, GradReset(r.order, _canonical(model, r.target, r.fact), r.fact, r.module),
                                  stepped, site.step.call) for r in resets)):
@@ -154,7 +159,7 @@ for x, y in loader:
                     f"left, so every step applies their sum; reset them (`{site.step.optimizer}.zero_grad()`) "
                     "before the backward"))
                 continue
-            opt = site.step.optimizer or "the optimizer"
+            opt = passed or site.step.optimizer or "the optimizer"
             if site.via is site.step.call:
                 msg = (f"`{opt}` steps in a loop with `backward()` but its gradients are never reset in the loop, "
                        f"so each step applies the sum of all earlier gradients; call `{opt}.zero_grad()` "
@@ -255,6 +260,42 @@ def _canonical(model: FileModel, text, at, depth: int = 0):
             and dotted_name(binding.value) is not None:
         return _canonical(model, dotted_name(binding.value), binding, depth + 1)
     return text
+
+
+def _passed_optimizer(model: FileModel, site) -> Optional[str]:
+    """For a step in a same-file helper that the loop calls directly
+    (``site.via``), when the stepped optimizer is a parameter of that helper:
+    the dotted name the call passes for it (``step(G, x, opt_g)`` -> ``opt_g``)."""
+    text = site.step.optimizer
+    if not text or site.via is site.step.call:
+        return None
+    callee = model.enclosing_function(site.step.call.scope)
+    head = text.split(".")[0]
+    if callee is None or head not in callee.params or any(b.kind != "param" for b in model.bindings_of(head, callee)):
+        return None
+    if not any(callee is s for s in model.resolve_callee(site.via)):
+        return None
+    arg = argument_for(site.via, callee, head)
+    name = dotted_name(arg) if arg is not None else None
+    return name + text[len(head):] if name else None
+
+
+def _outer_parameter(model: FileModel, text: Optional[str], at: Call, loop) -> bool:
+    """Whether the optimizer ``text`` that a step in a helper reached from
+    ``loop`` steps is a parameter of that helper or of a function enclosing
+    it (``def make_step(task, optimizer): def train_step(batch): ...
+    optimizer.step()``), outside the loop's own function: the loop's caller
+    decides which optimizer it is, so a reset in the loop may well be of the
+    same one (open_clip zeroes ``optimizer`` and calls the compiled step)."""
+    if not text or loop.contains(at.order):
+        return False
+    head = text.split(".")[0]
+    scope = at.scope
+    while scope is not None and scope.kind != "module":
+        if model.bindings_of(head, scope) or head in scope.params:
+            return head in scope.params and not any(b.kind != "param" for b in model.bindings_of(head, scope))
+        scope = scope.parent
+    return False
 
 
 def _iteration_driver(model: FileModel, fn) -> Optional[str]:

@@ -276,5 +276,12 @@ def _trained_in_loop(model: FileModel, call, text: str) -> bool:
     around ``call`` (:func:`step_span`: the model being trained, not a
     frozen teacher)."""
     span = step_span(model, call)
-    return span is not None and any(e.kind == TRAINED and span[0] <= e.order <= span[1]
-                                    for e in events(model, call.scope, text))
+    if span is None:
+        return False
+    if any(e.kind == TRAINED and span[0] <= e.order <= span[1] for e in events(model, call.scope, text)):
+        return True
+    # a forward of the same module with grad enabled in the step whose output is backpropagated (through a
+    # helper such as ``backward(total_loss, scaler)``): open_clip's cached-feature accumulation
+    return any(c is not call and c.scope is call.scope and _module_text(c) == text
+               and model.grad_mode(c) is not GradMode.DISABLED and feeds_backward(model, c)
+               for c in model.calls_within(*span))
