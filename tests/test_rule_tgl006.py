@@ -186,3 +186,21 @@ def test_every_definition_of_a_class_defined_twice_is_checked():
               "        self.w = nn.Parameter(torch.zeros(2))\n"
               "    def forward(self, x):\n        return x * self.w\n")
     assert lines(HEADER + first + second) == [7]
+
+
+@pytest.mark.parametrize("value, fires", [
+    ("nn.Parameter(torch.tensor([10.])).to(loss_device)", True),  # Real-Time-Voice-Cloning's encoder
+    ("nn.Parameter(torch.zeros(3)).cuda()", True),
+    ("nn.Parameter(torch.zeros(3)).double()", True),
+    ("nn.Parameter(torch.zeros(3).to(loss_device))", False),  # the converted tensor wrapped: a parameter
+    ("nn.Parameter(torch.zeros(3))", False),
+    ("nn.Parameter(torch.ones(3)).float()", False),  # float32 already: returns the parameter (rasbt's RMSNorm)
+    ("nn.Parameter(torch.ones(3, dtype=torch.half)).float()", True),
+])
+def test_a_parameter_converted_after_wrapping_is_a_plain_tensor(value, fires):
+    src = (HEADER + "class M(nn.Module):\n    def __init__(self, loss_device):\n        super().__init__()\n"
+           f"        self.w = {value}\n    def forward(self, x):\n        return x * self.w\n")
+    found = lint_source(src, "x.py", [UnregisteredSubmodule]).diagnostics
+    assert [d.line for d in found] == ([7] if fires else [])
+    if fires:
+        assert "moved to another device or dtype" in found[0].message + (found[0].detail or "")

@@ -2,6 +2,7 @@
 
 from rule_snippets import finding_lines
 
+from torchgradlint.engine import lint_source
 from torchgradlint.rules.softmax_into_ce_loss import SoftmaxIntoCeLoss
 
 
@@ -350,3 +351,40 @@ def test_log_of_a_flattened_softmax_row_and_a_method_parameter():
             def surrogate(self, s, a, actor):
                 return torch.log(actor(s).gather(1, a)).mean()
     """) == [16, 19]
+
+
+IGNITE = """
+import torch
+from torch import nn
+from ignite.engine import create_supervised_trainer
+
+
+def get_model(hidden_units=(32, 16)):
+    all_layers = [nn.Flatten()]
+    for units in hidden_units:
+        all_layers.append(nn.Linear(4, units))
+        all_layers.append(nn.ReLU())
+    all_layers.append(nn.Linear(hidden_units[-1], 10))
+    {last}
+    return nn.Sequential(*all_layers)
+
+
+model = get_model().to("cpu")
+optimizer = torch.optim.Adam(model.parameters())
+loss_fn = {loss}
+trainer = create_supervised_trainer(model, optimizer, loss_fn, device="cpu")
+"""
+
+
+def test_a_library_trainer_fed_a_softmax_ended_model_and_cross_entropy():
+    # rasbt's machine-learning-book ch13 (ignite): a Sequential built from a list that ends in nn.Softmax,
+    # returned by a factory, trained by ``create_supervised_trainer`` with CrossEntropyLoss
+    findings = lint_source(IGNITE.format(last="all_layers.append(nn.Softmax(dim=1))", loss="nn.CrossEntropyLoss()"),
+                           "x.py", [SoftmaxIntoCeLoss]).diagnostics
+    assert [(d.line, d.code) for d in findings] == [(20, "TGL303")]
+    assert "create_supervised_trainer" in findings[0].message
+    for last, loss in (("all_layers.append(nn.LogSoftmax(dim=1))", "nn.NLLLoss()"),  # log-probabilities
+                       ("pass", "nn.CrossEntropyLoss()"),  # logits
+                       ("all_layers.append(nn.Softmax(dim=1))", "nn.MSELoss()"),
+                       ("all_layers.insert(0, nn.Softmax(dim=1))", "nn.CrossEntropyLoss()")):  # order unknown
+        assert lint_source(IGNITE.format(last=last, loss=loss), "x.py", [SoftmaxIntoCeLoss]).diagnostics == [], last

@@ -437,7 +437,8 @@ def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
       that ``__init__``) that either has a call or a name among its elements
       or may be filled by an ``append`` / ``extend`` / ``insert`` / ``+=`` in
       that ``__init__``, or
-    - a call with a ``requires_grad`` keyword or a ``.requires_grad_(...)`` call.
+    - a call with a ``requires_grad`` keyword or a ``.requires_grad_(...)`` call, or
+    - a method call on a ``Parameter(...)`` call (``nn.Parameter(t).to(device)``).
 
     ``False`` means no ``self.x = ...`` there can hold layers or trainable
     tensors in a plain container (what the rule reports): ``self.cache = {}``,
@@ -541,6 +542,9 @@ def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef", classes: set[
         if isinstance(v, ast.Call) and (any(k.arg == "requires_grad" for k in v.keywords) or (
                 isinstance(v.func, ast.Attribute) and v.func.attr == "requires_grad_")):
             return True
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Call) \
+                and _callee_name(v.func.value) == "Parameter":
+            return True  # ``nn.Parameter(t).to(device)``: converted after wrapping, a plain tensor
     return False
 
 

@@ -507,7 +507,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
                     values = [e.value.elements[-1].value if isinstance(e.value, cst.Tuple) and e.value.elements
                               else e.value for e in a.value.args[0].value.elements]
                 if a.star:
-                    values = _list_items(model, a.value, seen) if a.star == "*" else None
+                    values = list_items(model, a.value, seen) if a.star == "*" else None
                     if values is None:
                         return True  # ``Sequential(*layers)`` of a list the file does not show
                 if any(_expr_sensitive(model, v, seen) for v in values):
@@ -652,12 +652,13 @@ def _bound_values(model: FileModel, name: str, seen: frozenset[str]) -> Optional
 _LIST_ADDS = frozenset({"append", "extend", "insert"})
 
 
-def _list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str]) -> Optional[list]:
+def list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> Optional[list]:
     """What the list ``node`` unpacked into a container (``nn.Sequential(*layers)``)
     may hold: the elements of every display and comprehension bound to the
-    variable, and every value added to it anywhere in the file
-    (``layers.append(nn.Linear(a, b))``, ``extend([...])``, ``insert(i, x)``,
-    ``layers += [...]``); ``None`` when one of these is not visible."""
+    variable, then every value added to it anywhere in the file, in source
+    order (``layers.append(nn.Linear(a, b))``, ``extend([...])``, ``insert(i,
+    x)``); ``None`` when one of these is not visible (``layers += [...]``,
+    ``extend(other)``)."""
     node = unwrap(node)
     if isinstance(node, (cst.List, cst.Tuple)):
         displays = [node]

@@ -21,7 +21,7 @@ from typing import Optional
 import libcst as cst
 
 from .model import FileModel, Scope, _Located, argument_for
-from .modes import module_classes, saved_objects, unwrap
+from .modes import list_items, module_classes, saved_objects, unwrap
 from .names import dotted_name
 from .provenance import call_fact
 from .torch_api import PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SIGMOID, SOFTMAX
@@ -203,9 +203,34 @@ class ProbabilityResolver:
             return None  # a layer's output is one tensor, not a tuple of outputs
         if qn in PROBABILITY_MODULES:
             return PROBABILITY_MODULES[qn]
+        built = self._factory_kind(call, depth)
+        if built is not None:
+            return built  # ``get_model()``: what the same-file factory returns
         if qn in _SEQUENTIAL:
-            return self.module_kind(positional[-1], at, depth + 1) if positional else None
+            if positional:
+                return self.module_kind(positional[-1], at, depth + 1)
+            last = _last_unpacked_layer(self.model, call)
+            return self.module_kind(last, at, depth + 1) if last is not None else None
         return None
+
+    def _factory_kind(self, node: cst.Call, depth: int) -> Optional[str]:
+        """The probability kind of the module every ``return`` of the same-file
+        function ``node`` calls gives (``def get_model(): ... return
+        nn.Sequential(*layers)``), else ``None``."""
+        model = self.model
+        call = call_fact(model, node)
+        scopes = model.resolve_callee(call) if call is not None else []
+        if len(scopes) != 1 or scopes[0].kind != "function" or depth > _MAX_DEPTH:
+            return None
+        key = ("factory", id(scopes[0]))
+        if key in self._forward_kind:
+            return self._forward_kind[key]
+        self._forward_kind[key] = None  # recursion guard
+        returns = model.returns_of(scopes[0])
+        kinds = {self.module_kind(r.value, r, depth + 1) if r.value is not None else None for r in returns}
+        result = kinds.pop() if len(kinds) == 1 else None
+        self._forward_kind[key] = result
+        return result
 
     def element_kind(self, call: cst.BaseExpression, at: _Located, index: int, depth: int) -> Optional[str]:
         """The probability kind of element ``index`` of what the module call ``call`` returns
@@ -315,6 +340,19 @@ class ProbabilityResolver:
                 if kind is not None:
                     return kind
         return None
+
+
+def _last_unpacked_layer(model: FileModel, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The last layer of ``nn.Sequential(*layers)`` when ``layers`` is a list the file
+    builds in order (a display, then ``append``/``extend`` calls: rasbt's
+    ``all_layers.append(nn.Softmax(dim=1))``); ``None`` with an ``insert``."""
+    if len(call.args) != 1 or call.args[0].star != "*":
+        return None
+    name = dotted_name(call.args[0].value)
+    if name is None or any(c.receiver_text == name and c.method == "insert" for c in model.calls):
+        return None
+    items = list_items(model, call.args[0].value)
+    return items[-1] if items else None
 
 
 def forward_kinds(model: FileModel, cls: str) -> Optional[list]:

@@ -31,6 +31,31 @@ def _loss_kind(resolver: ProbabilityResolver, call: Call) -> Optional[str]:
     return kinds.pop() if len(kinds) == 1 else None
 
 
+#: library trainers that compute ``loss_fn(model(x), y)`` themselves: (model position, loss position)
+_LIBRARY_TRAINERS = {"ignite.engine.create_supervised_trainer": (0, 2)}
+
+
+def _library_trainer_kinds(resolver: ProbabilityResolver, call: Call) -> Optional[tuple[str, str]]:
+    """``(loss kind, probability kind)`` when ``call`` hands a library trainer a
+    model whose output is a probability and a loss that expects logits
+    (``create_supervised_trainer(model, optimizer, nn.CrossEntropyLoss())``)."""
+    positions = _LIBRARY_TRAINERS.get(call.qualname or "")
+    if positions is None:
+        return None
+    net, loss_fn = call.arg(positions[0], "model"), call.arg(positions[1], "loss_fn")
+    if net is None or loss_fn is None:
+        return None
+    qn = resolver.model.qualname(loss_fn) or ""
+    if qn in LOGIT_LOSS_FUNCTIONS:  # ``F.cross_entropy`` handed over as a function
+        loss = LOGIT_LOSS_FUNCTIONS[qn]
+    else:
+        ctors = resolver.constructors(loss_fn, call)
+        kinds = {LOGIT_LOSS_MODULES.get(resolver.model.qualname(c.func) or "") for c, _ in ctors or ()}
+        loss = kinds.pop() if len(kinds) == 1 else None
+    kind = resolver.module_kind(net, call) if loss is not None else None
+    return (loss, kind) if loss is not None and kind in _WRONG_INPUT[loss] else None
+
+
 def _loss_candidates(model: FileModel):
     """A cheap test of which calls may call a loss module instance, so that only those are resolved:
     the callee is bound to a loss constructor somewhere in the file (directly, or through a name that
@@ -105,7 +130,8 @@ sigmoid output: `F.softmax`, `torch.softmax`, `x.softmax(dim)`,
 in one, or a model whose `forward` always returns one (or returns a tuple
 whose element the loss takes: `score, code = disc(x)`), defined in the same
 file or in another file of the project (`from networks import Policy`,
-through the project index) — followed
+through the project index), a `Sequential(*layers)` whose list ends in one,
+or what a same-file factory (`get_model()`) returns — followed
 through local variables, loop variables over the probabilities, `self`
 attributes, arguments of same-file callers, `model.forward(x)`, wrappers
 (`nn.DataParallel(Net())`) and a checkpoint the file restores from what it
@@ -114,7 +140,10 @@ torch.load(path)`). It also checks the input of `nn.BCEWithLogitsLoss` /
 `F.binary_cross_entropy_with_logits` for a sigmoid output, and flags
 `torch.log(softmax(...))` / `softmax(...).log()`, also of probabilities
 picked from a softmax output (`-torch.log(torch.gather(probs, 1, target))`
-in a loss helper, as the chatbot tutorial writes its masked NLL).
+in a loss helper, as the chatbot tutorial writes its masked NLL), and a model
+ending in a softmax handed with a logits loss to a library trainer that
+computes `loss_fn(model(x), y)` itself (PyTorch Ignite's
+`create_supervised_trainer(model, optimizer, loss_fn)`).
 
 It stays silent on softmax fed to `MSELoss`, `KLDivLoss` (as the target) or
 metrics, on softmax used for `argmax`, on `log_softmax` into CE (harmless),
@@ -165,6 +194,16 @@ probs = F.softmax(logits, dim=1)  # for metrics only
         resolver = ProbabilityResolver(model)
         candidates = _loss_candidates(model)
         for call in model.calls:
+            handed = _library_trainer_kinds(resolver, call)
+            if handed is not None:
+                loss, kind = handed
+                shown = _shown(model, call.arg(0, "model"))
+                yield Finding(call.node, (
+                    f"{shown} outputs {kind} probabilities and `{call.func_text}` feeds them to its "
+                    f"{'cross-entropy' if loss == CE else 'NLL' if loss == NLL else '*WithLogits'} loss, which "
+                    "expects logits: the loss has a floor and the gradients of confident mistakes shrink; end "
+                    "the model with the logits (take the softmax only for predictions)"))
+                continue
             if call.qualname == "torch.log" or (call.method == "log" and not call.node.args):
                 arg = call.arg(0) if call.qualname == "torch.log" else call.receiver
                 if arg is not None and resolver.prob_kind(arg, call) == SOFTMAX:

@@ -11,6 +11,7 @@ from ..analysis.model import Assign, ClassInfo, FileModel, Scope, _Located, name
 from ..analysis.module_class_facts import (
     is_requires_grad_tensor,
     is_stateful_module_ctor,
+    is_torch_factory,
     is_torch_module_class,
     nn_layer_name,
     self_name,
@@ -28,11 +29,15 @@ _READERS = frozenset({"len", "enumerate", "zip", "reversed", "range", "list", "t
                       "sorted", "getattr", "hasattr", "sum", "map", "next", "min", "max", "str", "repr", "id"})
 
 
+#: tensor methods that return a new tensor when they change the device or dtype
+_CONVERSIONS = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type"})
+
+
 @dataclass
 class _Held:
     """What a plain container or tensor attribute holds."""
 
-    kind: str  # "modules" | "tensors" | "tensor"
+    kind: str  # "modules" | "tensors" | "tensor" | "converted"
     example: str  # e.g. "nn.Linear", "requires_grad tensor"
     container: str  # "list" | "dict" | ""
 
@@ -48,6 +53,18 @@ def _elements(node: cst.BaseExpression) -> Optional[tuple[str, list[cst.BaseExpr
     if isinstance(node, cst.DictComp):
         return "dict", [node.value]
     return None
+
+
+def _float32_already(model: FileModel, call: cst.Call) -> bool:
+    """``nn.Parameter(torch.ones(n)).float()``: ``.float()`` of a parameter made
+    from a torch factory with no ``dtype`` (float32 by default) returns the
+    parameter itself (rasbt's RMSNorm)."""
+    wrapped = call.func.value  # type: ignore[attr-defined]
+    if call.func.attr.value != "float" or not isinstance(wrapped, cst.Call) or not wrapped.args:  # type: ignore
+        return False
+    data = wrapped.args[0].value
+    return is_torch_factory(model, data) and isinstance(data, cst.Call) \
+        and not any(a.keyword is not None and a.keyword.value == "dtype" for a in data.args)
 
 
 def _initialised(model: FileModel, init: Scope, text: str) -> set[int]:
@@ -90,7 +107,10 @@ modules or trainable tensors where the module cannot register them:
   dict of layers, or a list built with `append` (directly or through a local
   list) - containing `torch.nn` layers that have parameters, buffers or a
   train/eval behaviour (dropout), or instances of the file's own modules;
-- `self.w = torch.randn(..., requires_grad=True)` (or a list of such tensors).
+- `self.w = torch.randn(..., requires_grad=True)` (or a list of such tensors);
+- `self.w = nn.Parameter(t).to(device)` (or `.cuda()`, `.half()`, `.double()`...):
+  converted after wrapping, the result is a new plain tensor whenever the
+  call moves or casts it, not the parameter.
 
 It fires when the attribute is read outside `__init__` (in `forward` or
 another method) or never read at all (an in-place initialisation in
@@ -188,6 +208,10 @@ a trainable tensor and `nn.ParameterList` for a list of them.
               attr: str) -> Optional[_Held]:
         if is_requires_grad_tensor(model, value):
             return _Held("tensor", "requires_grad tensor", "")
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                and value.func.attr.value in _CONVERSIONS and nn_layer_name(model, value.func.value) == "Parameter" \
+                and not _float32_already(model, value):
+            return _Held("converted", f"nn.Parameter(...).{value.func.attr.value}(...)", "")
         found = _elements(value)
         local = None
         if found is None and isinstance(value, cst.Name):
@@ -303,6 +327,11 @@ a trainable tensor and `nn.ParameterList` for a list of them.
 
     @staticmethod
     def _message(attr: str, held: _Held) -> str:
+        if held.kind == "converted":
+            return (f"`{attr}` is `{held.example}`: a parameter moved to another device or dtype is a new plain "
+                    f"tensor (not a leaf), so `model.parameters()` (so the optimizer) and `state_dict()` never see "
+                    f"it and its `.grad` stays None; wrap the converted tensor instead "
+                    f"(`nn.Parameter(torch.tensor(...).to(device))`) or move the whole module")
         if held.kind == "tensor":
             return (f"`{attr}` is a plain tensor with `requires_grad=True`, not a parameter: `model.parameters()` "
                     f"(so the optimizer), `state_dict()` and `.to()` never see it; wrap it in `nn.Parameter(...)`")
