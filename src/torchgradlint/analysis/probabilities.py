@@ -20,7 +20,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import FileModel, Scope, _Located, argument_for
+from .model import FileModel, Scope, _Located, argument_for, target_element
 from .modes import list_items, module_classes, saved_objects, unwrap
 from .names import dotted_name
 from .provenance import call_fact
@@ -217,20 +217,7 @@ class ProbabilityResolver:
         """The probability kind of the module every ``return`` of the same-file
         function ``node`` calls gives (``def get_model(): ... return
         nn.Sequential(*layers)``), else ``None``."""
-        model = self.model
-        call = call_fact(model, node)
-        scopes = model.resolve_callee(call) if call is not None else []
-        if len(scopes) != 1 or scopes[0].kind != "function" or depth > _MAX_DEPTH:
-            return None
-        key = ("factory", id(scopes[0]))
-        if key in self._forward_kind:
-            return self._forward_kind[key]
-        self._forward_kind[key] = None  # recursion guard
-        returns = model.returns_of(scopes[0])
-        kinds = {self.module_kind(r.value, r, depth + 1) if r.value is not None else None for r in returns}
-        result = kinds.pop() if len(kinds) == 1 else None
-        self._forward_kind[key] = result
-        return result
+        return self._over_returns(node, depth, "factory", self.module_kind)
 
     def element_kind(self, call: cst.BaseExpression, at: _Located, index: int, depth: int) -> Optional[str]:
         """The probability kind of element ``index`` of what the module call ``call`` returns
@@ -253,17 +240,22 @@ class ProbabilityResolver:
     def _returned_kind(self, node: cst.Call, depth: int) -> Optional[str]:
         """The probability kind every ``return`` of the same-file function or method ``node`` calls
         gives (``probs = self._decode(x)`` with ``return F.softmax(...)``), else ``None``."""
+        return self._over_returns(node, depth, "returns", self.prob_kind)
+
+    def _over_returns(self, node: cst.Call, depth: int, question: str, judge) -> Optional[str]:
+        """The one kind ``judge(value, at, depth)`` gives every ``return`` of the same-file function
+        (not a ``forward``) that ``node`` calls, else ``None``; memoised per function and
+        ``question``, with a guard against recursion."""
         model = self.model
         call = call_fact(model, node)
         scopes = model.resolve_callee(call) if call is not None else []
-        if len(scopes) != 1 or scopes[0].kind != "function" or scopes[0].name == "forward":
+        if len(scopes) != 1 or scopes[0].kind != "function" or scopes[0].name == "forward" or depth > _MAX_DEPTH:
             return None
-        key = ("returns", id(scopes[0]))
+        key = (question, id(scopes[0]))
         if key in self._forward_kind:
             return self._forward_kind[key]
         self._forward_kind[key] = None  # recursion guard
-        returns = model.returns_of(scopes[0])
-        kinds = {self.prob_kind(r.value, r, depth + 1) if r.value is not None else None for r in returns}
+        kinds = {judge(r.value, r, depth + 1) if r.value is not None else None for r in model.returns_of(scopes[0])}
         result = kinds.pop() if len(kinds) == 1 else None
         self._forward_kind[key] = result
         return result
@@ -388,29 +380,12 @@ def _origin(binding, text: str) -> Optional[list[tuple]]:
     """``[(value, binding, kind)]`` for a binding the resolver follows (``kind``: the binding's
     kind, or for an unpacking the element's position), else ``None``."""
     if binding.unpacked and binding.kind == "assign" and binding.op is None:
-        index = _element_index(binding, text)
+        index = target_element(binding, text)
         return None if index is None else [(binding.value, binding, index)]
     if binding.value is None or binding.unpacked or binding.op is not None \
             or binding.kind not in ("assign", "annassign", "for", "walrus"):
         return None
     return [(binding.value, binding, binding.kind)]
-
-
-def _element_index(binding, text: str) -> Optional[int]:
-    """The position of ``text`` in the flat tuple/list target of the unpacking ``binding``
-    (``score, label = disc(x)``: 1 for ``label``), else ``None`` (nested or starred targets)."""
-    node = binding.node
-    if not isinstance(node, cst.Assign) or len(node.targets) != 1:
-        return None
-    target = node.targets[0].target
-    if not isinstance(target, (cst.Tuple, cst.List)):
-        return None
-    for i, element in enumerate(target.elements):
-        if isinstance(element, cst.StarredElement):
-            return None
-        if dotted_name(element.value) == text:
-            return i
-    return None
 
 
 def _at_scope(scope: Scope) -> _Located:
