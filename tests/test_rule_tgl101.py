@@ -488,3 +488,32 @@ def test_a_method_no_tensor_has_is_another_objects():
     """
     assert lines(plain.format(method=".float()")) == [16]  # a tensor method keeps the graph
     assert lines(plain.format(method=".get_loss()")) == []  # no tensor has it: another object's
+
+
+def test_an_element_of_a_modules_tuple_is_read_from_its_forward_only_when_every_return_is_a_tuple():
+    # PyG's top-k pooling examples: ``ratio = out.size(0) / x.size(0)`` returned beside the output is a
+    # float; big-sleep's forward returns ``out`` alone on one path and ``out, (l1, l2, l3)`` on the other
+    source = """
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, extra=True):
+            out = self.fc(x)
+            {early}
+            return out, {second}
+
+    net = Net()
+    total = 0
+    for x in batches:
+        out, second = net(x)
+        total += second
+    """
+    assert lines(source.format(early="", second="out.size(0) / x.size(0)")) == []
+    assert lines(source.format(early="if not extra:\n                return out",
+                               second="out.size(0) / x.size(0)")) == [20]
+    assert lines(source.format(early="", second="(out.sum(), out.mean())")) == [19]

@@ -727,6 +727,10 @@ class _Evaluator:
         fwd = self._forward(node)
         if fwd is None:
             return None
+        returns = [r.value for r in self.m.returns_of(fwd)]
+        if not returns or any(not isinstance(v, cst.Tuple) or len(v.elements) <= index
+                              or isinstance(v.elements[index].value, _DISPLAYS) for v in returns):
+            return None  # a return of one tensor, or a container at ``index`` (``out, (l1, l2) = model(x)``)
         return self._returned(fwd, {}, {}, at, depth, index, (_frame_key({}), ()))
 
     def module_forward(self, node: cst.Call, at: _Located, depth: int) -> Optional[Provenance]:
@@ -954,6 +958,9 @@ class _Evaluator:
                     s for p in parts if not p.detached for s in p.sources), inference=inference)
             return _unknown(inference)
         return self._op(at, parts, node)
+
+
+_DISPLAYS = (cst.Tuple, cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)
 
 
 def _foreign_method(model: FileModel, func: cst.Attribute) -> bool:
