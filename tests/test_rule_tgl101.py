@@ -517,3 +517,20 @@ def test_an_element_of_a_modules_tuple_is_read_from_its_forward_only_when_every_
     assert lines(source.format(early="if not extra:\n                return out",
                                second="out.size(0) / x.size(0)")) == [20]
     assert lines(source.format(early="", second="(out.sum(), out.mean())")) == [19]
+
+
+def test_a_backpropagated_loss_divided_for_the_epoch_mean_keeps_only_its_graph():
+    # vit-pytorch's cats-and-dogs notebook: ``epoch_loss += loss / len(train_loader)`` after ``loss.backward()``
+    found = diags("""
+    import torch
+    for data, label in train_loader:
+        output = model(data)
+        loss = criterion(output, label)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        epoch_loss += loss / len(train_loader)
+    """)
+    assert [d.line for d in found] == [9]
+    text = found[0].message + " " + (found[0].detail or "")
+    assert "every activation" not in text and "`(loss / len(train_loader)).item()`" in text

@@ -77,6 +77,16 @@ def _keyed_container(receiver: "cst.BaseExpression | None") -> "str | None":
     return dotted_name(receiver.value)
 
 
+def _item_of(model: FileModel, value: cst.BaseExpression) -> str:
+    """How to write the accumulated value in the suggested ``.item()``: its name, a short
+    expression in parentheses (``(loss / len(loader))``), else ``x``."""
+    name = dotted_name(value)
+    if name:
+        return name
+    code = model.module.code_for_node(value)
+    return f"({code})" if len(code) <= 30 and "\n" not in code else "x"
+
+
 class LossKeptWithGraph(Rule):
     """A graph-attached tensor is stored across iterations.
 
@@ -419,11 +429,13 @@ step.
                 scalar = is_scalar_loss(model, value, s.fact)
                 # A value already backpropagated in the iteration has had its
                 # saved tensors freed: only the graph's nodes are kept.
-                what = ("its autograd graph" if scalar or freed_by_backward(model, value, s.fact)
+                freed = freed_by_backward(model, value, s.fact) or isinstance(value, cst.BinaryOperation) and any(
+                    freed_by_backward(model, side, s.fact) for side in (value.left, value.right))  # ``loss / n``
+                what = ("its autograd graph" if scalar or freed
                         else "its autograd graph and every activation saved for backward")
                 if s.kind == "accumulate":
                     msg = (f"`{s.container}` accumulates {shown} with {what} across iterations, so memory grows "
-                           f"every step; accumulate `{dotted_name(value) or 'x'}.item()` (or `.detach()`) instead")
+                           f"every step; accumulate `{_item_of(model, value)}.item()` (or `.detach()`) instead")
                 else:
                     held = s.container
                     if isinstance(s.fact, Call) and isinstance(s.fact.receiver, cst.Subscript):
