@@ -678,11 +678,8 @@ class ProjectIndex:
             return None  # a bare name: not imported from anywhere
         else:
             bases = self._bases(importer)
-        for base in bases:
-            found = self._module_file(base, parts[:-1])
-            if found is not None and found != importer:
-                return self._symbol(found, parts[-1], hops)
-        return None
+        found = self._first_module(bases, parts[:-1], importer)
+        return self._symbol(found, parts[-1], hops) if found is not None else None
 
     def _symbol(self, path: Path, name: str, hops: int) -> Optional[tuple[Path, str]]:
         entry = self.entry(path)
@@ -809,9 +806,11 @@ class ProjectIndex:
     def _project_module(self, dotted: str, importer: Path) -> Optional[Path]:
         """The project file that ``import dotted`` in ``importer`` imports, else ``None``."""
         parts = dotted.split(".")
-        if parts[0] == "torch":
-            return None
-        for base in self._bases(importer):
+        return None if parts[0] == "torch" else self._first_module(self._bases(importer), parts, importer)
+
+    def _first_module(self, bases: Iterable[Path], parts: Sequence[str], importer: Path) -> Optional[Path]:
+        """The first file of the module ``parts`` under ``bases`` (in order) that is not ``importer``."""
+        for base in bases:
             found = self._module_file(base, parts)
             if found is not None and found != importer:
                 return found

@@ -649,7 +649,8 @@ def _bound_values(model: FileModel, name: str, seen: frozenset[str]) -> Optional
     return [a.value for a in bindings]
 
 
-_LIST_ADDS = frozenset({"append", "extend", "insert"})
+#: list methods that add items (``layers.append(nn.Linear(a, b))``)
+LIST_ADDS = frozenset({"append", "extend", "insert"})
 
 
 def list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> Optional[list]:
@@ -682,7 +683,7 @@ def list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] 
             return None
     if isinstance(node, cst.Name):
         for c in model.calls:
-            if c.receiver_text != node.value or c.method not in _LIST_ADDS:
+            if c.receiver_text != node.value or c.method not in LIST_ADDS:
                 continue
             arg = c.arg(1 if c.method == "insert" else 0)
             if arg is None or any(a.star for a in c.node.args):

@@ -271,7 +271,7 @@ def _passed_optimizer(model: FileModel, site) -> Optional[str]:
         return None
     callee = model.enclosing_function(site.step.call.scope)
     head = text.split(".")[0]
-    if callee is None or head not in callee.params or any(b.kind != "param" for b in model.bindings_of(head, callee)):
+    if callee is None or not _only_parameter(model, head, callee):
         return None
     if not any(callee is s for s in model.resolve_callee(site.via)):
         return None
@@ -293,9 +293,14 @@ def _outer_parameter(model: FileModel, text: Optional[str], at: Call, loop) -> b
     scope = at.scope
     while scope is not None and scope.kind != "module":
         if model.bindings_of(head, scope) or head in scope.params:
-            return head in scope.params and not any(b.kind != "param" for b in model.bindings_of(head, scope))
+            return _only_parameter(model, head, scope)
         scope = scope.parent
     return False
+
+
+def _only_parameter(model: FileModel, name: str, scope) -> bool:
+    """Whether ``name`` is a parameter of the function ``scope`` that the function never rebinds."""
+    return name in scope.params and all(b.kind == "param" for b in model.bindings_of(name, scope))
 
 
 def _iteration_driver(model: FileModel, fn) -> Optional[str]:

@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..analysis.model import Assign, ClassInfo, FileModel, Scope, _Located, names_in
+from ..analysis.modes import LIST_ADDS
 from ..analysis.module_class_facts import (
     is_requires_grad_tensor,
     is_stateful_module_ctor,
@@ -23,7 +24,6 @@ from ..registry import Finding, Rule
 _WRAPPERS = frozenset(f"torch.nn.{n}" for n in (
     "ModuleList", "ModuleDict", "Sequential", "ParameterList", "ParameterDict", "Parameter", "Buffer"))
 _REGISTER_METHODS = frozenset({"register_parameter", "register_buffer", "add_module", "register_module"})
-_BUILD_METHODS = frozenset({"append", "extend", "insert"})
 # Calls that only read or iterate a container: passing ``self.x`` to them cannot register it.
 _READERS = frozenset({"len", "enumerate", "zip", "reversed", "range", "list", "tuple", "iter", "print", "isinstance",
                       "sorted", "getattr", "hasattr", "sum", "map", "next", "min", "max", "str", "repr", "id"})
@@ -226,7 +226,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
         items: list[tuple[cst.BaseExpression, _Located]] = [(v, at) for v in values]
         builders = {attr} | ({local} if local else set())
         for c in model.calls_in_scope(init):
-            if c.method in _BUILD_METHODS and c.receiver_text in builders and c.node.args:
+            if c.method in LIST_ADDS and c.receiver_text in builders and c.node.args:
                 arg = c.node.args[-1].value
                 more = _elements(arg)
                 items.extend((v, c) for v in (more[1] if more and c.method == "extend" else [arg]))
@@ -272,7 +272,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
             qn = c.qualname or ""
             if qn in _WRAPPERS or c.method in _REGISTER_METHODS or qn.startswith("torch.optim."):
                 return True  # registered, or handed to an optimizer of its own
-            if qn in _READERS or qn.startswith("torch.") or c.method in _BUILD_METHODS:
+            if qn in _READERS or qn.startswith("torch.") or c.method in LIST_ADDS:
                 continue
             if c.receiver_text in texts:
                 continue  # self.layers.index(x), self.layers.append(...)
@@ -318,7 +318,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                 writes = {id(x.node) for b in model.assigns_within(cls.order, cls.end) for x in b.targets
                           if x.text == t.text}
                 writes |= {id(c.receiver) for c in model.calls_in_scope(init)
-                           if c.receiver_text == t.text and c.method in _BUILD_METHODS}
+                           if c.receiver_text == t.text and c.method in LIST_ADDS}
                 writes |= _initialised(model, init, t.text)
                 reads = self._reads(model, info, t.text, writes)
                 if reads == {"__init__"}:
