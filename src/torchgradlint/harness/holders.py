@@ -73,6 +73,24 @@ def reachable_nodes(fns: Iterable[Any], seen: dict) -> int:
     return n
 
 
+def graph_leaves(roots: Any) -> Iterator[torch.Tensor]:
+    """The leaf tensors the graphs of ``roots`` (tensors) accumulate gradients
+    into: the ``variable`` of every ``AccumulateGrad`` node reached, once each."""
+    stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen: set[int] = set()
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        var = getattr(fn, "variable", None)
+        if isinstance(var, torch.Tensor):
+            yield var
+        for nxt, _ in getattr(fn, "next_functions", ()):
+            if nxt is not None and id(nxt) not in seen:
+                stack.append(nxt)
+
+
 def graph_holders(frames: Iterable[Any]) -> dict[str, int]:
     """``{"path:function:name": graph nodes reachable from what the name holds}`` for the user's frames.
 

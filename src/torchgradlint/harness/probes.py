@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from . import instrument
-from .holders import graph_holders, holder_parts, keeping_lines, reachable_nodes, tensors_in
+from .holders import graph_holders, graph_leaves, holder_parts, keeping_lines, reachable_nodes, tensors_in
 from .interrupts import no_raise
 from .module_calls import CALLS
 from .probe_base import (KIB, Measurement, Probe, finding, grad_mark, human_bytes, own_parameters, slope,
@@ -296,25 +296,8 @@ GRAD_MODE_ERRORS = re.compile(
 
 def _reaches_parameter(roots: Sequence[Any]) -> bool:
     """Whether the graphs of ``roots`` reach an ``nn.Parameter`` (stops at the first one)."""
-    seen: set[int] = set()
-    stack = []
-    for t in roots:
-        if isinstance(t, torch.nn.Parameter):
-            return True
-        if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-            stack.append(t.grad_fn)
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        var = getattr(fn, "variable", None)
-        if isinstance(var, torch.nn.Parameter):
-            return True
-        for nxt, _ in fn.next_functions:
-            if nxt is not None:
-                stack.append(nxt)
-    return False
+    return any(isinstance(t, torch.nn.Parameter) for t in roots) \
+        or any(isinstance(v, torch.nn.Parameter) for v in graph_leaves(roots))
 
 
 def _decorated_stack() -> list:

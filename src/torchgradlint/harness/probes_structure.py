@@ -31,6 +31,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import instrument
+from .holders import graph_leaves
 from .module_calls import CALLS
 from .probe_base import Measurement, Probe, merge_stacks
 
@@ -324,7 +325,9 @@ class UnoptimizedGradientProbe(Probe):
     Attribution, per such leaf: TGL006 at the user's line that stored it, or the
     modules holding it, on a module in a plain list, tuple or dict or as a plain
     tensor attribute (a wrapper around ``nn.Module.__setattr__``: ``self.hidden =
-    [...]``, ``self.temperature = torch.zeros(1, requires_grad=True)``); else TGL007
+    [...]``, ``self.temperature = torch.zeros(1, requires_grad=True)``), or the
+    leaf a plain tensor attribute was computed from (``self.scale =
+    nn.Parameter(t).double()`` holds a non-leaf copy); else TGL007
     at the line that built its module while a module's forward ran (a global
     parameter registration hook: ``nn.Linear(...)(h)`` in ``forward``).
 
@@ -365,21 +368,10 @@ class UnoptimizedGradientProbe(Probe):
     def _collect(self, roots: Any) -> None:
         if isinstance(roots, torch.Tensor):
             roots = (roots,)
-        stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        seen: set[int] = set()
         leaves: dict[int, tuple] = {}
-        while stack:
-            fn = stack.pop()
-            if id(fn) in seen:
-                continue
-            seen.add(id(fn))
-            var = getattr(fn, "variable", None)
-            if isinstance(var, torch.Tensor):
-                key = id(var)
-                leaves[key] = (var.numel(), "optimized" if key in self._optimized else self._site(var))
-            for nxt, _ in getattr(fn, "next_functions", ()):
-                if nxt is not None and id(nxt) not in seen:
-                    stack.append(nxt)
+        for var in graph_leaves(roots):
+            key = id(var)
+            leaves[key] = (var.numel(), "optimized" if key in self._optimized else self._site(var))
         self._graphs.setdefault(frozenset(leaves.items()), leaves)
 
     # attribution -------------------------------------------------------------------------------
@@ -421,6 +413,10 @@ class UnoptimizedGradientProbe(Probe):
                     [item] if isinstance(item, torch.Tensor) else []
                 for t in tensors:
                     out.setdefault(id(t), (name, kind, stack))
+                    # ``nn.Parameter(t).to(device)`` / ``.double()``: the attribute holds a non-leaf
+                    # copy; the gradient reaches the leaf it was made from, which nothing registers
+                    for leaf in graph_leaves((t,)) if t.grad_fn is not None else ():
+                        out.setdefault(id(leaf), (name, kind, stack))
         return out
 
     def _on_parameter(self, module: torch.nn.Module, name: str, param: Any) -> None:
