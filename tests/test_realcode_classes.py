@@ -731,6 +731,7 @@ def test_pretrained_generator_sampled_on_noise_outside_training_still_fires():
         generator.train()
         with torch.no_grad():
             samples = generator(torch.randn(64, 100))
+        save_image(samples, "samples.png")
         """)] == ["TGL201"]
 
 

@@ -125,6 +125,7 @@ def test_explicit_train_then_inference_mode_is_flagged():
 model.train()
 with torch.inference_mode():
     out = model(x_val)
+print(out)
 """) == [4]
 
 
@@ -344,6 +345,7 @@ with no_grad():
     a = model(x)
 with T.inference_mode():
     b = model(x)
+print(a, b)
 """) == [6, 8]
 
 
@@ -513,6 +515,7 @@ noisy.train()
 for x in loader:
     with torch.no_grad():
         extra = noisy(x)
+    print(extra)
 """) == [7]
 
 
@@ -613,12 +616,14 @@ def test_training_mode_for_one_evaluation_or_a_pass_over_data_is_flagged():
 model.train()
 with torch.no_grad():
     once = model(x_val)
+print(once)
 """) == [9]
     assert lines(TRAIN_LOOP + """
 model.train()
 with torch.no_grad():
     for x in val_loader:
         each = model(x)
+        print(each)
 """) == [10]
 
 
@@ -875,6 +880,7 @@ model = LlamaModel(8)
 model.train()
 with torch.no_grad():
     out = model(x)
+print(out)
 """
 
 
@@ -897,6 +903,7 @@ def test_a_subclass_of_torch_transformer_sharing_its_name_stays_mode_sensitive()
         model.train()
         with torch.no_grad():
             out = model(src, tgt)
+        print(out)
         """, header=False) == [11]
 
 
@@ -917,6 +924,7 @@ ca = CausalAttention(3, 2, {rate})
 ca.train()
 with torch.no_grad():
     out = ca(batch)
+print(out)
 """
 
 
@@ -1168,3 +1176,86 @@ def test_a_feature_cache_forward_of_the_module_trained_in_the_step_is_training()
         optimizer.step()
     """
     assert lines(source.format(last="backward(loss, scaler)")) == []
+
+
+@pytest.mark.parametrize("lstm, expected", [
+    ("DPLSTM(8, 16, batch_first=True)", []),  # opacus's tutorial: like nn.LSTM, no dropout unless given
+    ("DPLSTM(8, 16, 1, True, True, 0)", []),
+    ("DPLSTM(8, 16, num_layers=2, dropout=0.3)", [22]),
+    ("DPLSTM(8, 16, 2, True, True, 0.3)", [22]),  # dropout given by position
+    ("DPLSTM(*shape)", [22]),
+])
+def test_a_class_building_opacus_rnns_is_judged_by_their_dropout(lstm, expected):
+    assert lines(f"""
+    import torch
+    from torch import nn
+    from opacus.layers import DPLSTM
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = {lstm}
+            self.out = nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.out(self.lstm(x)[0][:, -1])
+
+    model = Classifier()
+    opt = torch.optim.Adam(model.parameters())
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        preds = model(x_test).argmax(-1)
+    print(preds)
+    """, header=False) == expected
+
+
+def test_a_library_layer_also_passed_as_a_class_stays_unknown():
+    assert lines("""
+    import torch
+    from torch import nn
+    from opacus.layers import DPLSTM
+
+    class Classifier(nn.Module):
+        def __init__(self, rnn=DPLSTM):
+            super().__init__()
+            self.lstm = rnn(8, 16)
+
+        def forward(self, x):
+            return self.lstm(x)[0][:, -1]
+
+    model = Classifier()
+    opt = torch.optim.Adam(model.parameters())
+    for x in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        preds = model(x_test)
+    print(preds)
+    """, header=False) == [21]
+
+
+@pytest.mark.parametrize("use, expected", [
+    ("", []),  # BigGAN's standing statistics: the output is assigned and never read
+    ("print(x.mean())", [7]),
+])
+def test_a_statistics_pass_whose_output_is_never_read_is_deliberate(use, expected):
+    assert lines(f"""
+    def accumulate_standing_stats(net, z, y, num_accumulations=16):
+        net.train()
+        for i in range(num_accumulations):
+            with torch.no_grad():
+                z.normal_()
+                x = net(z, y)
+        {use}
+        net.eval()
+
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    accumulate_standing_stats(model, noise, labels)
+    """) == expected

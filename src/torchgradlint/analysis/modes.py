@@ -355,7 +355,7 @@ def _class_sensitive(model: FileModel, name: str, seen: set[str], info: "Optiona
         if b not in _MODULE_BASES and last not in module_classes(model) and _outside(model, b) is not False:
             return True  # a base we cannot see may use dropout or batch norm
     code = model.module.code_for_node(info.node)
-    return code_sensitive(model, _without_zero_dropout(code, zero) if zero else code, name, seen)
+    return code_sensitive(model, _without_zero_dropout(code, zero) if zero else code, name, seen, info.node)
 
 
 _DROPOUT_BUILT = r"self\.(\w+)\s*=\s*(?:[\w.]*\.)?Dropout\(\s*(?:p\s*=\s*)?({})\s*\)"
@@ -423,14 +423,17 @@ def class_sensitive(model: FileModel, name: str) -> bool:
     return _class_sensitive(model, name, set())
 
 
-def code_sensitive(model: FileModel, code: str, name: str, seen: set[str]) -> bool:
+def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
+                   node: Optional[cst.CSTNode] = None) -> bool:
     """Whether the source ``code`` of the definition ``name`` (a class body,
     or a function of the project that builds layers) may make a forward
     depend on training mode: a dropout/batch-norm/``.training`` token
     (outside comments and docstrings), a same-file module class that may,
     or a name imported from outside torch and the standard/numeric
     libraries that the project index (when the file has one) cannot show to
-    be mode-free (a torchvision/timm backbone).
+    be mode-free (a torchvision/timm backbone) and that is not a library
+    layer mode-free unless given a dropout rate, built without one in
+    ``node`` (the definition's tree, when given: ``DPLSTM(d, h)``).
     ``seen``: classes already visited (cycles count as mode-free)."""
     code = _PROSE.sub("", code)
     if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), _MODE_SOURCE):
@@ -442,12 +445,33 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str]) -> bo
                 return True
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
+            if node is not None and _built_mode_free(model, node, word, target):
+                continue
             if _outside(model, target) is not False:
                 return True  # e.g. a torchvision/timm backbone
         elif target is None and project is not None and project.imports_relatively(word) \
                 and _outside(model, word) is not False:
             return True  # ``from .layers import Block``: a project definition that may
     return False
+
+
+def _built_mode_free(model: FileModel, node: cst.CSTNode, word: str, target: str) -> bool:
+    """Whether ``word`` (bound to the library class ``target``) appears in
+    ``node`` only as the callee of constructor calls, each building the
+    class without dropout or normalisation: ``target`` is mode-free
+    (:data:`MODE_FREE_LIBRARY_CLASSES`) or mode-free unless given those
+    (:data:`MODE_FREE_UNLESS_GIVEN`) and no call gives them."""
+    if target not in MODE_FREE_LIBRARY_CLASSES and target not in MODE_FREE_UNLESS_GIVEN:
+        return False
+    callees = set()
+    calls = []
+    for n in walk(node):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == word:
+            callees.add(id(n.func))
+            calls.append(n)
+    uses = [n for n in walk(node) if isinstance(n, cst.Name) and n.value == word]
+    return bool(calls) and all(id(u) in callees for u in uses) \
+        and not any(_expr_sensitive(model, c) for c in calls)
 
 
 def _outside(model: FileModel, text: str) -> Optional[bool]:
@@ -1093,21 +1117,28 @@ def switched_to_training_for(model: FileModel, call: Call, text: str) -> bool:
     after it: Monte-Carlo dropout (``net.train()``, then the net run several
     times on one input under ``no_grad``).
 
-    True when that ``TRAIN`` event, in ``call``'s scope, is the only mode
-    that may reach ``call``, and from it to the module's next mode switch
-    (or the end of the innermost loop around it, or of the scope) no
-    backward or optimizer step runs, no same-file helper trains the module
-    and no unknown function is handed the module (it might train it). A
-    ``.train()`` at the top of an epoch that trains after the evaluation is
-    not such a switch, nor is one followed by a single evaluation or a pass
-    over data: the module must be sampled several times on one input
-    (:func:`_samples_one_input`)."""
+    True when :func:`_untrained_switch` finds that switch and the module is
+    sampled several times on one input (:func:`_samples_one_input`): a
+    ``.train()`` followed by a single evaluation or a pass over data is no
+    such switch."""
+    switch = _untrained_switch(model, call, text)
+    return switch is not None and _samples_one_input(model, call, switch)
+
+
+def _untrained_switch(model: FileModel, call: Call, text: str) -> Optional[int]:
+    """The order of the explicit ``text.train()`` in ``call``'s scope that is
+    the only mode that may reach ``call``, when from it to the module's next
+    mode switch (or the end of the innermost loop around it, or of the
+    scope) no backward or optimizer step runs, no same-file helper trains
+    the module and no unknown function is handed the module (it might train
+    it); else ``None``. A ``.train()`` at the top of an epoch that trains
+    after the evaluation is no such switch."""
     if modes_at(model, call, text) != frozenset({TRAIN}):
-        return False
+        return None
     evs = events(model, call.scope, text)
     before = [e for e in evs if e.order < call.order]
     if not before or before[-1].kind != TRAIN:
-        return False
+        return None
     switch = before[-1]
     loop = switch.call.loop
     end = loop.end if loop is not None else call.scope.end
@@ -1115,15 +1146,15 @@ def switched_to_training_for(model: FileModel, call: Call, text: str) -> bool:
         if e.order <= switch.order or e.order > end:
             continue
         if e.kind in (TRAINED, HELPER_TRAIN):
-            return False
+            return None
         if e.order > call.order:
             end = e.order  # the next switch: what follows is no longer this one's business
             break
     names = (text, text.split(".")[0])
     for c in model.calls_within(switch.order, end):
         if _trains(model, c) or (c.func_text != text and _handed_to_unknown(model, c, names)):
-            return False  # trained, or handed to a function that might train it (``train_epoch(model, loader)``)
-    return _samples_one_input(model, call, switch.order)
+            return None  # trained, or handed to a function that might train it (``train_epoch(model, loader)``)
+    return switch.order
 
 
 _COMPREHENSIONS = (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)
@@ -1393,31 +1424,40 @@ def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
     return any(modes_at(model, site, o) & TRAINING_KINDS and mode_sensitive_at(model, site, o) for site, o in pairs)
 
 
+def output_discarded(model: FileModel, call: Call) -> bool:
+    """Whether nothing reads what the module call ``call`` returns: it is an
+    expression statement, or assigned to ``_`` or to names (``out = model(x)``,
+    ``a, b = net(x)``) that are never read (:func:`.reads.never_read`)."""
+    stmt = call.statement
+    if isinstance(stmt, cst.Expr) and stmt.value is call.node:
+        return True
+    names = assigned_names(stmt, call.node)
+    return bool(names) and (names == ["_"] or never_read(model, names, call.scope))
+
+
 def initialises_fresh_module(model: FileModel, call: Call, text: str) -> bool:
     """Whether the module call ``call`` of ``text`` is a dummy forward of a
     module built and never trained yet whose output is never read
     (``with torch.no_grad(): out = model(x)`` to initialise lazy modules, as
     PyTorch Geometric's examples do before building the optimizer): it
     evaluates nothing, and nothing trained can be spoiled yet."""
-    if modes_at(model, call, text) - {BUILT}:
-        return False
-    stmt = call.statement
-    if isinstance(stmt, cst.Expr) and stmt.value is call.node:
-        return True
-    names = assigned_names(stmt, call.node)
-    return bool(names) and never_read(model, names, call.scope)
+    return not modes_at(model, call, text) - {BUILT} and output_discarded(model, call)
 
 
-def recalibrates_statistics(model: FileModel, call: Call) -> bool:
+def recalibrates_statistics(model: FileModel, call: Call, text: str) -> bool:
     """Whether a module call under no_grad looks like a deliberate batch-norm
     statistics pass (``torch.optim.swa_utils.update_bn`` written by hand):
-    its output is discarded, or its function resets running statistics."""
+    its output is not even bound to a name (an expression statement, ``_ =
+    model(x)``); or the module was switched to training mode for it by an
+    explicit ``.train()`` never followed by training (:func:`_untrained_switch`)
+    and nothing reads the output (BigGAN's standing statistics: ``net.train()``,
+    then ``x = net(z, y)`` under no_grad in a loop); or its function resets
+    running statistics."""
     stmt = call.statement
-    if isinstance(stmt, cst.Expr) and stmt.value is call.node:
+    if isinstance(stmt, cst.Expr) and stmt.value is call.node or assigned_names(stmt, call.node) == ["_"]:
         return True
-    if isinstance(stmt, cst.Assign) and stmt.value is call.node and len(stmt.targets) == 1 \
-            and isinstance(stmt.targets[0].target, cst.Name) and stmt.targets[0].target.value == "_":
-        return True  # ``_ = model(x)``: the output is discarded too
+    if _untrained_switch(model, call, text) is not None and output_discarded(model, call):
+        return True
     fn = model.enclosing_function(call.scope) or model.module_scope
     return any(c.method == "reset_running_stats" or c.method == "update_bn"
                for c in model.calls_within(fn.order, fn.end))

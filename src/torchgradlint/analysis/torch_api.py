@@ -118,6 +118,10 @@ MODE_FREE_LIBRARY_CLASSES = frozenset({
 MODE_FREE_UNLESS_GIVEN = {f"torch_geometric.nn.{path}{name}": 4
                           for path in ("", "models.", "models.basic_gnn.")
                           for name in ("GCN", "GraphSAGE", "GIN", "GAT", "PNA", "EdgeCNN")}
+# Opacus's differentially private RNNs, ``(input_size, hidden_size, num_layers=1, bias=True,
+# batch_first=False, dropout=0, ...)`` like ``nn.LSTM``: dropout only when given.
+MODE_FREE_UNLESS_GIVEN.update({f"opacus.layers.{path}{name}": 5 for path in ("", "dp_rnn.")
+                               for name in ("DPLSTM", "DPGRU", "DPRNN")})
 # Class methods that build an instance of their class.
 CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})
 

@@ -138,7 +138,7 @@ for epoch in range(epochs):
                 continue
             if not modes_at(model, call, text) & {TRAINED, HELPER_TRAIN} or not mode_sensitive_at(model, call, text):
                 continue
-            if recalibrates_statistics(model, call) or _during_construction(model, call.scope):
+            if recalibrates_statistics(model, call, text) or _during_construction(model, call.scope):
                 continue
             if feeds_backward(model, call, after_loops=True):
                 continue  # a training pass whose sum is backpropagated after the loop
@@ -177,7 +177,7 @@ for epoch in range(epochs):
                 continue
             if not trains_sensitive_module_at(model, call, text):
                 continue
-            if recalibrates_statistics(model, call):
+            if recalibrates_statistics(model, call, text):
                 continue  # a hand-written update_bn pass: training mode on purpose
             if switched_to_training_for(model, call, text) and statistics_free_at(model, call, text):
                 continue  # Monte-Carlo dropout: `.train()` chosen for this sampling, no statistics to spoil
