@@ -534,3 +534,38 @@ def test_a_backpropagated_loss_divided_for_the_epoch_mean_keeps_only_its_graph()
     assert [d.line for d in found] == [9]
     text = found[0].message + " " + (found[0].detail or "")
     assert "every activation" not in text and "`(loss / len(train_loader)).item()`" in text
+
+
+_SAMPLED_ACTION = """
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = nn.Linear(3, 1)
+
+    def forward(self, state):
+        dist = Normal(torch.tanh(self.mu(state)), 1.0)
+        action = dist.{draw}()
+        return action, dist
+
+
+actor = Actor()
+opt = torch.optim.SGD(actor.parameters(), lr=0.1)
+actions = []
+for state in states:
+    action, dist = actor(state)
+    actions.append(action)
+    opt.zero_grad()
+    actor.mu(state).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_distribution_sample_holds_no_graph_but_rsample_does():
+    # MrSyee/pg-is-all-you-need's PPO: the actor returns ``Normal(mu, std).sample()``, drawn under no_grad
+    assert lines(_SAMPLED_ACTION.format(draw="sample")) == []
+    assert lines(_SAMPLED_ACTION.format(draw="rsample")) == [23]

@@ -327,3 +327,35 @@ def test_module_called_through_forward_is_no_graph_built_before_the_loop(call):
     # GunhoChoi/PyTorch-FastCampus GAN_Basic: ``generator.forward(z)`` read ``generator`` (restored
     # from a checkpoint before the loop) as a value that may carry a graph into every iteration
     assert lines(_RESTORED_GAN.format(call=call)) == [17]
+
+
+_FISHER = """
+import torch
+from lib import calc_logprob
+
+
+def train(net_act, opt_act, loader):
+    for states_v, actions_v in loader:
+        log_prob_v = calc_logprob(net_act(states_v), actions_v)
+        if opt_act.steps % 10 == 0:
+            opt_act.zero_grad()
+            pg_fisher_loss = -log_prob_v.mean()
+            pg_fisher_loss.backward(retain_graph=True)
+        opt_act.zero_grad()
+        loss_v = -({later}).mean()
+        loss_v.backward()
+        opt_act.step()
+"""
+
+
+def test_a_later_backward_computed_from_the_same_untraced_variable_may_need_the_graph():
+    # the Deep RL Hands-On book's ACKTR: the Fisher statistics pass and the policy loss share log_prob_v
+    from torchgradlint.engine import lint_source
+    from torchgradlint.rules.retain_graph_in_loop import RetainGraphInLoop
+
+    def found(later: str) -> list[int]:
+        src = _FISHER.format(later=later)
+        return [d.line for d in lint_source(src, "x.py", [RetainGraphInLoop]).diagnostics if d.code == "TGL102"]
+
+    assert found("2 * log_prob_v") == []
+    assert found("2 * net_act(states_v)") == [12]  # a new forward: the retained graph is waste

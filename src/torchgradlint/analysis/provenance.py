@@ -848,6 +848,18 @@ class _Evaluator:
             return _combine(parts)
         return _unknown(any(p.inference for p in parts))
 
+    def _distribution(self, node: cst.BaseExpression, at: _Located) -> bool:
+        """Whether ``node`` is a ``torch.distributions`` object: built by a
+        class of that package (``Normal(mu, std)``), directly or through the
+        one binding of a name that reaches ``at``."""
+        node = modes.unwrap(node)
+        if isinstance(node, cst.Name):
+            binding = reaching_binding(self.m, node.value, at)
+            if binding is None or binding.kind != "assign" or binding.unpacked or binding.value is None:
+                return False
+            node = modes.unwrap(binding.value)
+        return isinstance(node, cst.Call) and (self.m.qualname(node.func) or "").startswith("torch.distributions.")
+
     def _taint(self, node: cst.Call, at: _Located, depth: int) -> list[Provenance]:
         return [self.expr(v, at, depth + 1) for v in _arg_values(node)]
 
@@ -862,6 +874,8 @@ class _Evaluator:
                 return Provenance(State.DETACHED, explicit=(node,), inference=inference)
             if meth in torch_api.OBJECT_METHODS:
                 return _CONST
+            if meth in torch_api.DISTRIBUTION_SAMPLE_METHODS and self._distribution(func.value, at):
+                return Provenance(State.DETACHED, explicit=(node,))  # ``Normal(mu, std).sample()``
             if meth == "requires_grad_":
                 return Provenance(State.ATTACHED)
             if meth in torch_api.SCALER_PASS_THROUGH and "scaler" in (dotted_name(func.value) or "").lower() \

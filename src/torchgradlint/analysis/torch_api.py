@@ -62,6 +62,9 @@ MAY_RETURN_SELF = frozenset({"to", "cpu", "cuda", "float", "double", "half", "bf
                              "contiguous", "detach_", "requires_grad_"})
 # Methods whose result holds no graph whatever the receiver.
 DETACHING_METHODS = frozenset({"item", "tolist", "detach", "numpy"})
+# ``torch.distributions.Distribution.sample`` draws under ``torch.no_grad()`` (``rsample`` is the
+# reparameterised, differentiable draw): its result holds no graph.
+DISTRIBUTION_SAMPLE_METHODS = frozenset({"sample", "sample_n"})
 # In-place detach cuts the path too.
 DETACH_IN_PLACE = frozenset({"detach_"})
 # Builtins whose result is a plain Python value.

@@ -117,7 +117,7 @@ for x, y in chunks:
             graph = provenance(model, bw.target, call)
             if not _rebuilt_each_iteration(model, graph, bw.target, call, loop):
                 continue  # nothing is rebuilt per iteration (rows of a Jacobian over one graph), or unknown
-            verdict = _later_use(model, call, graph, loop)
+            verdict = _later_use(model, call, graph, loop, bw.target)
             if verdict is None:
                 continue  # a later backward needs the retained graph (or cannot be told)
             what = _describe(model, bw.target)
@@ -176,7 +176,7 @@ for x, y in chunks:
             graph = provenance(model, arg, site)
             if not _rebuilt_each_iteration(model, graph, arg, site, site.loop):
                 return None  # not rebuilt per iteration, or cannot be told
-            if _later_use(model, site, graph, site.loop) != "unused":
+            if _later_use(model, site, graph, site.loop, None) != "unused":
                 return None
         what = _describe(model, bw.target)
         return Finding.from_text(call.node, (
@@ -300,18 +300,26 @@ def _node_ids(model: FileModel, region) -> frozenset[int]:
     return found  # type: ignore[return-value]
 
 
-def _later_use(model: FileModel, call: Call, graph, loop: Loop):
+def _later_use(model: FileModel, call: Call, graph, loop: Loop, target: "cst.BaseExpression | None"):
     """How the retained graph is used later in the same iteration.
 
     ``"unused"`` when no later backward of the iteration shares any part of
     its graph; the optimizer-step :class:`Call` when a later backward shares
     a module call whose parameters that step updated in between; ``None``
-    when a later backward legitimately shares it, or when a later backward's
-    graph cannot be told (a helper, an unknown target).
+    when a later backward legitimately shares it (a source of the graph), or
+    when a later backward's graph cannot be told (a helper, an unknown
+    target, or, for a graph traced to no forward pass, a target computed
+    from a variable of the iteration the retained one is computed from too:
+    ``log_prob = calc_logprob(net(s), a)`` behind both losses). ``target``:
+    the retained backward's tensor, when known.
     """
     mine = {id(s): s for s in graph.sources}
     outer = call.loops[0]  # the iteration of every enclosing loop of the scope goes on after ``call``
     later = [c for c in model.calls_within(call.order + 1, outer.end) if c.scope is call.scope]
+    # a graph traced to no forward pass (``calc_logprob(mu, ...)`` of an unknown model) is compared by
+    # the variables of the iteration both targets are computed from
+    traced = any(is_module_call(model, s) for s in graph.sources)
+    derived = _derived_names(model, target, call, outer) if target is not None and not traced else set()
     shared_any = unknown = False
     for other in later:
         bw = backward_call(model, other)
@@ -326,6 +334,8 @@ def _later_use(model: FileModel, call: Call, graph, loop: Loop):
             continue
         shared = [mine[id(s)] for s in theirs.sources if id(s) in mine]
         if not shared:
+            if not traced and derived & _derived_names(model, bw.target, other, outer):
+                unknown = True  # both computed from one variable of the iteration: may share its graph
             continue
         shared_any = True
         for step_call in later:
@@ -340,6 +350,24 @@ def _later_use(model: FileModel, call: Call, graph, loop: Loop):
                 if fact is not None and is_module_call(model, src) and covers(modules, fact.func_text):
                     return step_call
     return None if shared_any or unknown else "unused"
+
+
+def _derived_names(model: FileModel, expr: "cst.BaseExpression | None", at: Call, loop: Loop) -> set[str]:
+    """The variables assigned in ``loop`` before ``at`` that ``expr``
+    (evaluated at ``at``) is computed from, directly or through other such
+    variables (not the loop's own targets: the batch both losses read)."""
+    out: set[str] = set()
+    todo = [(n, at) for n in names_in(expr)] if expr is not None else []
+    while todo and len(out) < 60:
+        name, point = todo.pop()
+        if name in out:
+            continue
+        for b in model.reaching_bindings(name, point):
+            if loop.contains(b.order) and b.order < point.order and b.value is not None \
+                    and b.kind in ("assign", "annassign", "augassign"):
+                out.add(name)
+                todo += [(n, b) for n in names_in(b.value)]
+    return out
 
 
 def _detached_now_and_then(model: FileModel, name: str, call: Call, loop: Loop) -> bool:
