@@ -1259,3 +1259,52 @@ def test_a_statistics_pass_whose_output_is_never_read_is_deliberate(use, expecte
         optimizer.step()
     accumulate_standing_stats(model, noise, labels)
     """) == expected
+
+
+_PEFT = """
+import torch
+from peft import HRAConfig, LoraConfig, get_peft_model
+from transformers import LlamaForCausalLM
+model = LlamaForCausalLM.from_pretrained("llama")
+{adapt}
+model.train()  # from_pretrained returns the model in eval mode
+opt = torch.optim.AdamW(model.parameters())
+for batch in loader:
+    opt.zero_grad()
+    model(**batch).loss.backward()
+    opt.step()
+with torch.no_grad():
+    out = model(**val)
+print(out)
+"""
+
+
+@pytest.mark.parametrize("adapt, expected", [
+    ("model = get_peft_model(model, LoraConfig(r=8, lora_dropout=0.0))", []),  # the base is mode-free
+    ("model = get_peft_model(model, LoraConfig(r=8))", []),  # PEFT's adapter dropout defaults to 0.0
+    ("config = HRAConfig(r=8)\nmodel = get_peft_model(model, config)", []),
+    ("model = get_peft_model(model, LoraConfig(r=8, lora_dropout=0.05))", [14]),
+    ("model = get_peft_model(model, LoraConfig(**options))", [14]),
+    ("model = get_peft_model(model, config)", [14]),  # a config the file does not show
+])
+def test_a_peft_adapter_is_mode_sensitive_through_its_dropout_and_its_base(adapt, expected):
+    found = lines(_PEFT.format(adapt=adapt), header=False)
+    assert found == [e + adapt.count("\n") for e in expected]
+
+
+def test_a_peft_adapter_of_a_base_with_dropout_stays_sensitive():
+    assert lines("""
+    import torch
+    from torch import nn
+    from peft import LoraConfig, get_peft_model
+    base = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1), nn.Linear(4, 1))
+    model = get_peft_model(base, LoraConfig(r=2))
+    opt = torch.optim.AdamW(model.parameters())
+    for x in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        out = model(x_val)
+    print(out)
+    """, header=False) == [13]

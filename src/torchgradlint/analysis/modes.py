@@ -44,7 +44,7 @@ from .model import (RECEIVER_METHODS, Call, ClassInfo, FileModel, GradMode, Scop
 from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
-from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER
+from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER, PEFT_WRAPPERS
 from .tree import walk
 
 EVAL = "eval"
@@ -541,6 +541,9 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         info = model.class_at(last, at) if at is not None else model.classes[last]
         zero = _zero_rate_parameters(model, node, info) if info is not None else frozenset()
         return _class_sensitive(model, last, set(), info, zero)
+    base = _adapted_without_dropout(model, node)
+    if base is not None:
+        return base in seen or _expr_sensitive(model, cst.parse_expression(base), seen)
     cls = qn.rsplit(".", 1)[0] if last in CLASS_FACTORIES else qn
     if cls in MODE_FREE_LIBRARY_CLASSES:
         return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
@@ -723,6 +726,40 @@ def list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] 
     return items
 
 
+def _adapted_without_dropout(model: FileModel, value: cst.BaseExpression) -> Optional[str]:
+    """For ``get_peft_model(base, config)`` (:data:`PEFT_WRAPPERS`) whose
+    config is a ``peft.*Config`` call, directly or through every binding of
+    a name, that gives no adapter dropout (no ``*dropout`` keyword other than
+    0, no positional or ``**`` argument: PEFT's dropout defaults are 0.0),
+    the dotted name of ``base``: the adapted model is mode-sensitive exactly
+    when ``base`` is. ``None`` otherwise."""
+    value = unwrap(value)
+    if not isinstance(value, cst.Call) or (model.qualname(value.func) or "") not in PEFT_WRAPPERS:
+        return None
+    if any(a.star for a in value.args):
+        return None
+    positional = [a.value for a in value.args if a.keyword is None]
+    keywords = {a.keyword.value: a.value for a in value.args if a.keyword is not None}
+    base = positional[0] if positional else keywords.get("model")
+    config = positional[1] if len(positional) > 1 else keywords.get("peft_config")
+    text = dotted_name(base) if base is not None else None
+    if not text or config is None:
+        return None
+    config = unwrap(config)
+    configs = _bound_values(model, config.value, frozenset()) if isinstance(config, cst.Name) else [config]
+    for c in configs or [None]:
+        c = unwrap(c) if c is not None else None
+        if not isinstance(c, cst.Call):
+            return None
+        qn = model.qualname(c.func) or ""
+        if not (qn.startswith("peft.") and qn.endswith("Config")):
+            return None
+        if any(a.star or a.keyword is None or ("dropout" in a.keyword.value and not is_zero_literal(a.value))
+               for a in c.args):
+            return None
+    return text
+
+
 def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
@@ -821,7 +858,8 @@ def _built_values(model: FileModel, text: str, bindings: list, functions: bool =
         if isinstance(value, cst.Lambda) and not functions:
             continue
         if isinstance(value, (cst.Name, cst.Attribute)) or _rewraps_itself(value, text) \
-                or (isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH):
+                or (isinstance(value, cst.Call) and (model.qualname(value.func) or "") in _PASS_THROUGH) \
+                or _adapted_without_dropout(model, value) == text:
             continue
         out.append((value, a.order) if with_order else value)
     return out

@@ -125,6 +125,11 @@ MODE_FREE_UNLESS_GIVEN = {f"torch_geometric.nn.{path}{name}": 4
 # batch_first=False, dropout=0, ...)`` like ``nn.LSTM``: dropout only when given.
 MODE_FREE_UNLESS_GIVEN.update({f"opacus.layers.{path}{name}": 5 for path in ("", "dp_rnn.")
                                for name in ("DPLSTM", "DPGRU", "DPRNN")})
+# PEFT's wrappers: ``get_peft_model(model, config)`` adds adapter layers to ``model``; their only
+# mode-dependent layer is the adapter dropout a ``peft.*Config`` takes (``lora_dropout``,
+# ``boft_dropout``, ``module_dropout``, ``rank_dropout``, ``vera_dropout``: all 0.0 by default).
+PEFT_WRAPPERS = frozenset({"peft.get_peft_model", "peft.mapping.get_peft_model",
+                           "peft.mapping_func.get_peft_model"})
 # Class methods that build an instance of their class.
 CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})
 
