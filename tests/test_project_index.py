@@ -379,9 +379,10 @@ def _agrees(source):
     assert out is not None and full is not None
     assert set(out["symbols"]) == set(full["symbols"])
     assert out["imports"] == full["imports"]
-    for name, (_, _, effect, outputs) in out["symbols"].items():
+    for name, (_, _, effect, outputs, kinds) in out["symbols"].items():
         assert effect in (project_index.UNDECIDED, full["symbols"][name][2]), name
         assert outputs in (project_index.UNDECIDED, full["symbols"][name][3]), name
+        assert kinds is None  # the verdicts (and their layer kinds) come from the full summary only
     return out
 
 
@@ -601,3 +602,54 @@ def test_the_flake8_plugin_follows_project_softmax_networks(tmp_path):
     out = subprocess.run([sys.executable, "-m", "flake8", "--isolated", "--select=TGL", "agent.py"],
                          capture_output=True, text=True, cwd=tmp_path).stdout
     assert [line.split(" ", 2)[:2] for line in out.splitlines()] == [["agent.py:11:18:", "TGL303"]]
+
+
+_GENERATOR = """
+import torch.nn as nn
+from blocks import up
+
+
+class Generator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.main = nn.Sequential(nn.ConvTranspose2d(8, 16, 4), up(16), nn.ConvTranspose2d(16, 3, 4), nn.Tanh())
+
+    def forward(self, z):
+        return self.main(z)
+"""
+_BLOCKS = """
+import torch.nn as nn
+
+
+def up(channels):
+    return nn.Sequential(nn.BatchNorm2d(channels), nn.ReLU(True){extra})
+"""
+_DCGAN = """
+import torch
+from models import Generator
+
+net_g = Generator()
+opt_g = torch.optim.Adam(net_g.parameters())
+fixed_noise = torch.randn(64, 8, 1, 1)
+for epoch in range(5):
+    for real in loader:
+        opt_g.zero_grad()
+        loss = -net_g(torch.randn(64, 8, 1, 1)).mean()
+        loss.backward()
+        opt_g.step()
+    with torch.no_grad():
+        fake = net_g(fixed_noise).detach().cpu()
+    save_image(fake, f"{epoch}.png")
+"""
+
+
+@pytest.mark.parametrize("extra, expect", [("", (0, [])), (", nn.Dropout(0.2)", (1, ["TGL201"]))])
+def test_a_project_generator_with_batch_norm_only_is_sampled_on_noise_in_its_training_loop(
+        tmp_path, capsys, extra, expect):
+    # zhangxiann/PyTorch_Practice lesson8: DCGAN's fixed-noise images, its Generator in another file;
+    # batch norm is its only mode-dependent layer two files away (dropout would make the samples worse)
+    write(tmp_path, {"models.py": _GENERATOR, "blocks.py": _BLOCKS.format(extra=extra), "train.py": _DCGAN})
+    rc, out = check(capsys, "train.py")
+    assert (rc, codes(out)) == expect
+    rc, out = check(capsys, "--no-project-index", "train.py")
+    assert (rc, codes(out)) == (1, ["TGL201"])  # without the index the generator is not visible

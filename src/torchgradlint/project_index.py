@@ -67,7 +67,8 @@ measured corpora reaches it: transformers has 4,700 Python files)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """A larger file is not summarised (the largest in the corpora is 1.0 MB)."""
 
-_FORMAT = 3  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns
+_FORMAT = 4  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns;
+# 4: symbols say which kinds of mode-dependent layer their own code may hold
 # ``@name`` / ``@a.b(...)`` at the start of a line: a decorator, by text.
 _DECORATOR = re.compile(r"^[ \t]*@[ \t]*([A-Za-z_][\w.]*)", re.MULTILINE)
 # Decorators that cannot come from the project.
@@ -185,6 +186,9 @@ class _Recorder:
             self.deps.add(_spec(text, self.relative))
         return False
 
+    def free_of(self, text: str, kind: str) -> bool:
+        return self.sensitive(text) is False
+
     def decorator(self, text: str) -> None:
         return None
 
@@ -220,20 +224,23 @@ def summarise(source: str, path: str) -> Optional[dict]:
     not parse.
 
     Returns:
-        ``{"symbols": {name: [sensitive, deps, effect, outputs]}, "imports": {name: spec}}``:
+        ``{"symbols": {name: [sensitive, deps, effect, outputs, kinds]}, "imports": {name: spec}}``:
         for each module-level class and function, whether its own source may
         make a forward depend on training mode, the import specs it takes
-        from elsewhere whose verdicts decide it, its decorator effect, and
+        from elsewhere whose verdicts decide it, its decorator effect,
         for a module class whose ``forward`` returns probabilities what it
         returns (:func:`torchgradlint.analysis.probabilities.forward_kinds`:
-        ``[kind, [kind of each tuple element]]``, else ``None``);
+        ``[kind, [kind of each tuple element]]``, else ``None``), and which
+        kinds of mode-dependent layer its own source may hold
+        (:data:`~torchgradlint.analysis.modes.LAYER_KINDS`: ``"dropout"``,
+        ``"statistics"``; empty when it is mode-free);
         ``imports``: every module-level name the file imports (for
         re-exports), as import specs.
     """
     import libcst as cst
 
     from .analysis import build_model
-    from .analysis.modes import class_sensitive, code_sensitive
+    from .analysis.modes import class_sensitive, code_sensitive, layer_kinds
     from .analysis.probabilities import forward_kinds
     from .engine import parse_module
 
@@ -261,7 +268,8 @@ def summarise(source: str, path: str) -> Optional[dict]:
             outputs = forward_kinds(model, name)
         else:
             effect = _grad_effect(model, code)
-        symbols[name] = [bool(local), sorted(recorder.deps), effect, outputs]
+        kinds = layer_kinds(model, code, name) if local else []
+        symbols[name] = [bool(local), sorted(recorder.deps), effect, outputs, kinds]
     model.project = None
     imports = {local: spec for local, spec in model.names.aliases.items() if "." in spec}
     imports.update(relative)
@@ -317,7 +325,7 @@ def outline(source: str) -> Optional[dict]:
         for node in defs:
             symbols[node.name] = [None, None, None]
     for node in defs:
-        symbols[node.name].append(probabilities if isinstance(node, ast.ClassDef) else None)
+        symbols[node.name] += [probabilities if isinstance(node, ast.ClassDef) else None, None]
     return {"symbols": symbols, "imports": _ast_imports(tree, top), "partial": True}
 
 
@@ -692,11 +700,12 @@ class ProjectIndex:
         return self.resolve(spec, path, hops + 1) if spec else None
 
     def verdict(self, path: Path, name: str, used: dict[str, str], seen: Optional[set] = None,
-                hops: int = 0) -> bool:
+                hops: int = 0, kind: Optional[str] = None) -> bool:
         """Whether the definition ``name`` of the file ``path`` may make a
-        forward depend on training mode, following the names it takes from
-        other project files (an unresolvable one counts as may). ``used``
-        collects ``path -> sha256`` of every file consulted."""
+        forward depend on training mode (with ``kind``: through that kind of
+        layer, ``"dropout"`` or ``"statistics"``), following the names it
+        takes from other project files (an unresolvable one counts as may).
+        ``used`` collects ``path -> sha256`` of every file consulted."""
         seen = set() if seen is None else seen
         if (path, name) in seen:
             return False
@@ -706,14 +715,14 @@ class ProjectIndex:
             return True
         used[str(path)] = entry[0]
         local, deps = entry[3]["symbols"][name][:2]
-        if local:
+        if local and (kind is None or kind in entry[3]["symbols"][name][4]):
             return True
         for dep in deps:
             target = self.resolve(dep, path)
             if target is None or hops >= _MAX_HOPS:
                 return True
             self._note(target[0], used)
-            if self.verdict(target[0], target[1], used, seen, hops + 1):
+            if self.verdict(target[0], target[1], used, seen, hops + 1, kind):
                 return True
         return False
 
@@ -856,6 +865,13 @@ class ProjectView:
         if target is None:
             return None
         return self.index.verdict(target[0], target[1], self.used)
+
+    def free_of(self, text: str, kind: str) -> bool:
+        """Whether the project definition ``text`` names is shown to hold no
+        layer of ``kind`` (``"dropout"``, ``"statistics"``), nor do the
+        project definitions it uses; ``False`` when the index cannot find it."""
+        target = self._resolve(text) if text else None
+        return target is not None and not self.index.verdict(target[0], target[1], self.used, kind=kind)
 
     def decorator(self, text: str) -> Optional[Decorator]:
         """The grad-mode effect of the project definition ``text`` names,

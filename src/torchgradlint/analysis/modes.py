@@ -865,13 +865,27 @@ def _built_values(model: FileModel, text: str, bindings: list, functions: bool =
     return out
 
 
+#: the kinds of mode-dependent layer, each with the tokens that may build one
+LAYER_KINDS = {"dropout": _DROPOUT_SOURCE, "statistics": _STATISTICS_SOURCE}
+
+
+def layer_kinds(model: FileModel, code: str, name: str) -> list[str]:
+    """The :data:`LAYER_KINDS` the definition ``name`` (source ``code``) may
+    hold by its own code and same-file classes (names it takes from other
+    files are asked of ``model.project``, which records them)."""
+    return [kind for kind, pattern in LAYER_KINDS.items() if not _code_free_of(model, code, pattern, {name})]
+
+
 def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen: set[str]) -> bool:
     """Whether ``code`` (and the same-file classes it names) spells nothing
     ``pattern`` matches (a zero dropout rate aside) and names no layer from
-    outside torch and the standard/numeric libraries (not visible)."""
+    outside torch and the standard/numeric libraries that the project index
+    (when the file has one) cannot show to be free of that kind of layer."""
     code = _PROSE.sub("", code)
     if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), pattern):
         return False
+    kind = next(k for k, p in LAYER_KINDS.items() if p is pattern)
+    project = model.project
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word not in seen:
             seen.add(word)
@@ -879,7 +893,11 @@ def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen:
                 return False
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
-            return False  # a layer or factory from another package: not visible
+            if project is None or not project.free_of(target, kind):
+                return False  # a layer or factory from another package: not visible
+        elif target is None and project is not None and project.imports_relatively(word) \
+                and not project.free_of(word, kind):
+            return False
     return True
 
 
