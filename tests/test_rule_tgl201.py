@@ -1308,3 +1308,171 @@ def test_a_peft_adapter_of_a_base_with_dropout_stays_sensitive():
         out = model(x_val)
     print(out)
     """, header=False) == [13]
+
+
+_PERIODIC_VALIDATION = """
+import torch
+from unet import UNet
+
+net = UNet(in_channels=3)
+opt = torch.optim.Adam(net.parameters())
+for epoch in range(10):
+    net.train()
+    for x, y in loader:
+        opt.zero_grad()
+        loss = (net(x) - y).pow(2).mean()
+        loss.backward()
+        opt.step()
+    {validate}
+        net.eval()
+        with torch.no_grad():
+            print(net(x_val))
+with torch.no_grad():
+    out = net(x_vis)
+print(out)
+"""
+
+
+def test_an_eval_in_a_branch_leaves_the_final_test_in_training_mode_when_the_branch_is_skipped():
+    # zhangxiann/PyTorch_Practice's portrait matting: validation every val_interval epochs, then a final
+    # visualisation after the loop, in training mode whenever the last epoch did not validate
+    assert lines(_PERIODIC_VALIDATION.format(validate="if (epoch + 1) % 3 == 0:"), header=False) == [19]
+    # a validation every epoch (the eval always runs): the final pass is in eval mode
+    assert lines(_PERIODIC_VALIDATION.format(validate="for _ in range(1):"), header=False) == []
+
+
+def test_a_guarded_eval_that_always_leaves_eval_mode_counts():
+    # torchattacks: ``given_training = model.training; if given_training: model.eval()``
+    assert lines("""
+    import torch
+
+    def predict(self, inputs):
+        given_training = self.model.training
+        if given_training:
+            self.model.eval()
+        with torch.no_grad():
+            outputs = self.model(inputs)
+        if given_training:
+            self.model.train()
+        return outputs
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        self.model(x).sum().backward()
+        optimizer.step()
+    """) == []
+    # sgrvinod's image captioning: ``if encoder is not None: encoder.eval()``
+    assert lines("""
+    import torch
+
+    def validate(loader, encoder, decoder):
+        decoder.eval()
+        if encoder is not None:
+            encoder.eval()
+        with torch.no_grad():
+            for imgs, caps in loader:
+                scores = decoder(encoder(imgs) if encoder is not None else imgs, caps)
+                print(scores)
+
+    encoder, decoder = nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    for imgs, caps in loader:
+        optimizer.zero_grad()
+        decoder(encoder(imgs), caps).sum().backward()
+        optimizer.step()
+    validate(loader, encoder, decoder)
+    """, header=False) == []
+
+
+def test_the_else_of_an_isinstance_module_test_holds_no_module():
+    # d2l's evaluate_accuracy: from-scratch models are plain functions
+    assert lines("""
+    def evaluate_accuracy(data_iter, net):
+        acc = 0.0
+        with torch.no_grad():
+            for X, y in data_iter:
+                if isinstance(net, torch.nn.Module):
+                    net.eval()
+                    acc += (net(X).argmax(dim=1) == y).sum().item()
+                    net.train()
+                else:
+                    acc += (net(X).argmax(dim=1) == y).sum().item()
+        return acc
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    print(evaluate_accuracy(test_iter, model))
+    """) == []
+
+
+def test_a_type_test_in_an_initialiser_builds_no_layer():
+    # zhangxiann's LeNet: ``initialize_weights`` tests isinstance(m, nn.BatchNorm2d); the net has none
+    assert lines("""
+    import torch
+    from torch import nn
+
+    class LeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def initialize_weights(self):
+            for m in self.modules():
+                if isinstance(m, (nn.BatchNorm2d, nn.BatchNorm1d)):
+                    m.weight.data.fill_(1)
+
+    net = LeNet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x in loader:
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        print(net(x_test))
+    """, header=False) == []
+
+
+def test_a_mode_chosen_by_a_flag_in_both_branches_is_the_flags_choice():
+    # timm's onnx export: ``if training: model.train() else: model.eval()`` then a pass under inference_mode
+    src = """
+    import torch
+
+    def export(model, training=False):
+        if training:
+            model.train()
+        else:
+            model.eval()
+        with torch.inference_mode():
+            out = model(example)
+        return out
+
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    export(model)
+    """
+    assert lines(src) == []
+    # an ``if`` without ``else``: the mode before it may still hold
+    assert lines(src.replace("        else:\n            model.eval()\n", "")) == [8]
+
+
+def test_an_eval_for_modules_only_covers_a_call_after_it():
+    # d2l's evaluate_accuracy: ``if isinstance(net, nn.Module): net.eval()``, then the pass for any net
+    assert lines("""
+    def evaluate_accuracy(net, data_iter):
+        if isinstance(net, nn.Module):
+            net.eval()
+        with torch.no_grad():
+            return sum((net(X).argmax(1) == y).sum().item() for X, y in data_iter)
+
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    print(evaluate_accuracy(model, test_iter))
+    """) == []

@@ -420,7 +420,7 @@ class FileModel:
         parent, first, second = a.blocks[i - 1], a.blocks[i], b.blocks[i]
         for stmt in getattr(parent, "body", ()):
             if isinstance(stmt, cst.If):
-                branches = _if_branches(stmt)
+                branches = if_branches(stmt)
                 if any(first is x for x in branches) and any(second is x for x in branches):
                     return True
         return False
@@ -692,7 +692,7 @@ def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
     return None
 
 
-def _if_branches(node: cst.If) -> list[cst.CSTNode]:
+def if_branches(node: cst.If) -> list[cst.CSTNode]:
     """The suites of an ``if``/``elif``/``else`` chain."""
     out: list[cst.CSTNode] = [node.body]
     rest = node.orelse

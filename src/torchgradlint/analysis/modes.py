@@ -40,7 +40,7 @@ from typing import Optional
 import libcst as cst
 
 from .model import (RECEIVER_METHODS, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
-                    is_literal, is_zero_literal, names_in, unwrap)
+                    if_branches, is_literal, is_zero_literal, names_in, unwrap)
 from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
@@ -80,6 +80,9 @@ _MODE_SOURCE = re.compile(r"Dropout|BatchNorm|Transformer|MultiheadAttention|RRe
 # Comments and triple-quoted strings (docstrings): "see the Transformers tutorial" is no layer.
 # (Other strings stay: ``getattr(nn, "Dropout")``, ``norm="batch_norm"`` may build one.)
 _PROSE = re.compile(r'""".*?"""|\'\'\'.*?\'\'\'|#[^\n]*', re.S)
+# Type tests name a layer class without building one (``isinstance(m, nn.BatchNorm2d)`` in a
+# weight initialiser; ``isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))``).
+_TYPE_TEST = re.compile(r"\bisinstance\(\s*[\w.\[\]]+\s*,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
 # ``dropout=0`` / ``p=0.0`` keyword arguments: the layer never drops anything.
 _ZERO_DROPOUT = re.compile(r"\b(dropout|p|drop_rate|attn_drop|proj_drop|dropout_p)\s*=\s*0(\.0*)?\b")
 # Libraries of plain numerics and utilities (and RL environments: spaces and
@@ -435,7 +438,7 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
     layer mode-free unless given a dropout rate, built without one in
     ``node`` (the definition's tree, when given: ``DPLSTM(d, h)``).
     ``seen``: classes already visited (cycles count as mode-free)."""
-    code = _PROSE.sub("", code)
+    code = _TYPE_TEST.sub("isinstance()", _PROSE.sub("", code))
     if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), _MODE_SOURCE):
         return True
     project = model.project
@@ -881,7 +884,7 @@ def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen:
     ``pattern`` matches (a zero dropout rate aside) and names no layer from
     outside torch and the standard/numeric libraries that the project index
     (when the file has one) cannot show to be free of that kind of layer."""
-    code = _PROSE.sub("", code)
+    code = _TYPE_TEST.sub("isinstance()", _PROSE.sub("", code))
     if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), pattern):
         return False
     kind = next(k for k, p in LAYER_KINDS.items() if p is pattern)
@@ -1136,10 +1139,13 @@ def modes_at(model: FileModel, call: Call, text: str, depth: int = 0) -> frozens
     ``call`` runs; empty when nothing is known.
 
     Within the call's scope the latest earlier event in the innermost loop
-    decides; if that loop body has none before the call, both the state on
-    loop entry and the loop body's last event after the call (the previous
-    iteration) may reach it. On function entry the same-file callers are
-    asked (``depth`` bounds the recursion).
+    decides, and when that event may not run before the call (it sits in a
+    branch the call is not in: ``if epoch % k == 0: model.eval()`` before
+    a final test after the epoch loop) so may the events before it, back
+    to one that always runs; if that loop body has none before the call,
+    both the state on loop entry and the loop body's last event after the
+    call (the previous iteration) may reach it. On function entry the
+    same-file callers are asked (``depth`` bounds the recursion).
     """
     key = (id(call), text, depth)
     c = _cache(model)
@@ -1152,19 +1158,114 @@ def modes_at(model: FileModel, call: Call, text: str, depth: int = 0) -> frozens
     def reach(pos: int, idx: int) -> frozenset[str]:
         lo = loops[idx].order if idx >= 0 else call.scope.order
         prior = [e for e in evs if lo <= e.order < pos]
-        if prior:
-            return frozenset({prior[-1].kind})
+        kinds: set[str] = set()
+        for e in reversed(prior):
+            if model.exclusive(e.call, call):
+                continue  # the other branch of an ``if`` the call is in
+            if _always_before(model, e, call, text):
+                return frozenset(kinds | {e.kind})
+            choice = _branch_choice(model, e, prior, call, text)
+            if choice is not None:
+                return frozenset(kinds | {choice})
+            kinds.add(e.kind)
         if idx < 0:
-            return _entry_modes(model, call.scope, text, depth)
+            return frozenset(kinds) | _entry_modes(model, call.scope, text, depth)
         loop = loops[idx]
         child_end = call.order if idx == len(loops) - 1 else loops[idx + 1].end
         tail = [e for e in evs if child_end < e.order <= loop.end and not _leaves_loop_after(e.call)]
         entry = reach(loop.order, idx - 1)
-        return entry | {tail[-1].kind} if tail else entry
+        return frozenset(kinds) | entry | ({tail[-1].kind} if tail else set())
 
     result = reach(call.order, len(loops) - 1)
     c.modes[key] = result
     return result
+
+
+def _always_before(model: FileModel, event: ModeEvent, then: Call, text: str, also: tuple = ()) -> bool:
+    """Whether the mode ``event`` sets holds whenever ``then`` (a call of
+    module ``text``) runs after it: the event is earlier in the same scope,
+    in no branch (of an ``if``, a ``try``...) that does not also hold
+    ``then``. ``with`` bodies count as the suite around them, and so do loop
+    bodies (a loop is taken to run at least once, as :func:`modes_at` does),
+    the body of ``if text is not None:`` / ``if text:`` / ``if
+    isinstance(text, nn.Module):`` (otherwise ``then`` cannot call a module
+    there), for an ``eval()``, the body of ``if text.training:``
+    (``was_training = net.training; if was_training: net.eval()``: otherwise
+    it is in eval mode already), and the suites ``also``."""
+    first = event.call
+    if first.scope is not then.scope or first.order >= then.order:
+        return False
+    straight = set(model.with_bodies) | {id(getattr(lp.node, "body", None)) for lp in (*first.loops, *then.loops)}
+    for parent in first.blocks:
+        for stmt in getattr(parent, "body", ()):
+            if not isinstance(stmt, cst.If):
+                continue
+            if _tests_present(stmt.test, text) or _tests_module(model, stmt.test, text) \
+                    or (event.kind == EVAL and _tests_training(model, stmt.test, text, first)):
+                straight.add(id(stmt.body))
+    straight.update(id(b) for b in also)
+    mine = [b for b in first.blocks if id(b) not in straight]
+    theirs = [b for b in then.blocks if id(b) not in straight]
+    return len(mine) <= len(theirs) and all(a is b for a, b in zip(mine, theirs))
+
+
+def _tests_training(model: FileModel, test: cst.BaseExpression, text: str, at: Call) -> bool:
+    """``text.training`` as an ``if`` test, directly or through a name whose
+    binding that reaches ``at`` is ``text.training``."""
+    if dotted_name(test) == f"{text}.training":
+        return True
+    if isinstance(test, cst.Name):
+        bindings = model.reaching_bindings(test.value, at)
+        return bool(bindings) and all(b.kind == "assign" and b.value is not None
+                                      and dotted_name(b.value) == f"{text}.training" for b in bindings)
+    return False
+
+
+def _tests_module(model: FileModel, test: cst.BaseExpression, text: str) -> bool:
+    """``isinstance(text, nn.Module)`` as an ``if`` test."""
+    return isinstance(test, cst.Call) and dotted_name(test.func) == "isinstance" and len(test.args) == 2 \
+        and dotted_name(test.args[0].value) == text \
+        and model.qualname(test.args[1].value) in ("torch.nn.Module", "torch.nn.modules.module.Module")
+
+
+def _branch_choice(model: FileModel, event: ModeEvent, prior: list, then: Call, text: str) -> Optional[str]:
+    """When ``event`` sits in a branch of an ``if``/``elif``/``else`` chain
+    with an ``else``, not around ``then``, whose every branch sets the
+    module's mode (``if training: model.train() else: model.eval()``, the
+    flag's choice), and that chain runs whenever ``then`` runs: the mode it
+    leaves (:data:`UNKNOWN` when the branches differ); else ``None``."""
+    blocks = event.call.blocks
+    for parent, inner in zip(blocks, blocks[1:]):
+        for stmt in getattr(parent, "body", ()):
+            if not isinstance(stmt, cst.If):
+                continue
+            branches = if_branches(stmt)
+            if not any(b is inner for b in branches):
+                continue
+            chain = stmt
+            while isinstance(chain.orelse, cst.If):
+                chain = chain.orelse
+            if not isinstance(chain.orelse, cst.Else) or any(b is x for b in branches for x in then.blocks):
+                return None
+            kinds = set()
+            for branch in branches:
+                last = [e for e in prior if any(b is branch for b in e.call.blocks)]
+                if not last:
+                    return None
+                kinds.add(last[-1].kind)
+            if not _always_before(model, event, then, text, also=tuple(branches)):
+                return None
+            return kinds.pop() if len(kinds) == 1 else UNKNOWN
+    return None
+
+
+def _tests_present(test: cst.BaseExpression, text: str) -> bool:
+    """``text is not None`` or ``text`` itself as an ``if`` test."""
+    if dotted_name(test) == text:
+        return True
+    return isinstance(test, cst.Comparison) and dotted_name(test.left) == text and len(test.comparisons) == 1 \
+        and isinstance(test.comparisons[0].operator, cst.IsNot) \
+        and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"
 
 
 def switched_to_training_for(model: FileModel, call: Call, text: str) -> bool:
@@ -1414,7 +1515,7 @@ def _parameter_rooted(model: FileModel, fn: Scope, scope: Scope, text: str) -> b
 def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
     """Whether ``text`` holds a module where ``call`` runs: a known module
     name, or a parameter that same-file callers fill with a known module."""
-    if not text:
+    if not text or _not_a_module_here(model, call, text):
         return False
     if is_module(model, text):
         return True
@@ -1424,6 +1525,29 @@ def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
         return True  # ``model`` / ``self.net`` that a training step in this file runs
     fn = model.enclosing_function(call.scope)
     return fn is not None and any(is_module(model, o) for o in _caller_names(model, fn, text))
+
+
+def _not_a_module_here(model: FileModel, call: Call, text: str) -> bool:
+    """Whether ``call`` sits where an ``isinstance`` test has ruled out that
+    ``text`` is a module: the ``else`` of ``if isinstance(text,
+    nn.Module):``, or the body of ``if not isinstance(text, nn.Module):``
+    (d2l's ``evaluate_accuracy`` also takes a from-scratch function)."""
+    blocks = call.blocks
+    for parent, inner in zip(blocks, blocks[1:]):
+        for stmt in getattr(parent, "body", ()):
+            if not isinstance(stmt, cst.If):
+                continue
+            test, negated = stmt.test, False
+            if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, negated = test.expression, True
+            if not (isinstance(test, cst.Call) and dotted_name(test.func) == "isinstance" and len(test.args) == 2
+                    and dotted_name(test.args[0].value) == text
+                    and model.qualname(test.args[1].value) in ("torch.nn.Module", "torch.nn.modules.module.Module")):
+                continue
+            branch = stmt.body if negated else (stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else None)
+            if branch is inner:
+                return True
+    return False
 
 
 def _defined_functions(model: FileModel) -> frozenset[str]:
