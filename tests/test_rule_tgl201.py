@@ -1476,3 +1476,33 @@ def test_an_eval_for_modules_only_covers_a_call_after_it():
         optimizer.step()
     print(evaluate_accuracy(model, test_iter))
     """) == []
+
+
+@pytest.mark.parametrize("layer, expected", [
+    ("nn.Linear(wandb.config.hidden, 10)", []),  # W&B's sagemaker example: a config read builds no layer
+    ("timm.create_model(wandb.config.arch)", [22]),  # a backbone built by another package: not visible
+])
+def test_an_imported_name_counts_when_it_may_build_a_layer(layer, expected):
+    assert lines(f"""
+    import torch
+    import timm
+    import wandb
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = {layer}
+
+        def forward(self, x):
+            return self.body(x)
+
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x in loader:
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        print(net(x_test))
+    """, header=False) == expected

@@ -448,13 +448,28 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
                 return True
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
-            if node is not None and _built_mode_free(model, node, word, target):
+            if node is not None and _built_mode_free(model, node, word, target) or not _may_build(code, word):
                 continue
             if _outside(model, target) is not False:
                 return True  # e.g. a torchvision/timm backbone
         elif target is None and project is not None and project.imports_relatively(word) \
-                and _outside(model, word) is not False:
+                and _may_build(code, word) and _outside(model, word) is not False:
             return True  # ``from .layers import Block``: a project definition that may
+    return False
+
+
+_ATTRIBUTE_CHAIN = r"(?:\s*\.\s*\w+)+"
+
+
+def _may_build(code: str, word: str) -> bool:
+    """Whether ``code`` may build a layer with ``word``: it calls it or
+    something reached through it (``Block(...)``, ``timm.create_model(...)``)
+    or uses the name itself as a value (a base class, ``rnn=DPLSTM``); a name
+    only read through attributes (``wandb.config.hidden_size``) builds none."""
+    for m in re.finditer(rf"(?<![\w.]){re.escape(word)}\b", code):
+        chain = re.match(_ATTRIBUTE_CHAIN, code[m.end():])
+        if chain is None or re.match(r"\s*\(", code[m.end() + chain.end():]):
+            return True
     return False
 
 
@@ -896,10 +911,10 @@ def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen:
                 return False
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
-            if project is None or not project.free_of(target, kind):
+            if _may_build(code, word) and (project is None or not project.free_of(target, kind)):
                 return False  # a layer or factory from another package: not visible
         elif target is None and project is not None and project.imports_relatively(word) \
-                and not project.free_of(word, kind):
+                and _may_build(code, word) and not project.free_of(word, kind):
             return False
     return True
 
