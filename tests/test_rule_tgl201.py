@@ -1506,3 +1506,34 @@ def test_an_imported_name_counts_when_it_may_build_a_layer(layer, expected):
     with torch.no_grad():
         print(net(x_test))
     """, header=False) == expected
+
+
+@pytest.mark.parametrize("extra, expected", [("", []), (", nn.Dropout(0.2)", [23])])
+def test_a_model_built_by_a_method_of_the_class_is_judged_by_what_it_returns(extra, expected):
+    # W&B's sacred example: ``self.model = self.make_model()``
+    assert lines(f"""
+    import torch
+    from torch import nn
+
+    class Runner:
+        def __init__(self):
+            self.model = self.make_model()
+            self.optimizer = torch.optim.Adam(self.model.parameters())
+
+        def make_model(self):
+            return nn.Sequential(nn.Linear(4, 8), nn.ReLU(){extra}, nn.Linear(8, 2))
+
+        def train(self, loader, x_test):
+            for epoch in range(3):
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.cross_entropy(self.model(x), y).backward()
+                    self.optimizer.step()
+                print(self.test(x_test))
+
+        def test(self, x):
+            with torch.no_grad():
+                return self.model(x).argmax(1)
+
+    Runner().train(loader, x_test)
+    """, header=False) == expected

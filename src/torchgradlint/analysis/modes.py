@@ -527,6 +527,13 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         built = _factory_returns_sensitive(model, qn, seen)
         if built is not None:
             return built
+    if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) == "self":
+        fact = next((c for c in model.calls if c.node is node), None)
+        methods = [sc for sc in model.resolve_callee(fact)] if fact is not None else []
+        if len(methods) == 1:  # ``self.model = self.make_model()``: what the method returns
+            built = _factory_returns_sensitive(model, f"self.{node.func.attr.value}", seen, methods)
+            if built is not None:
+                return built
     if qn == "torch.load":
         saved = _saved_to(model, node, seen)
         if saved is not None:
@@ -654,18 +661,22 @@ def _path_literal(model: FileModel, node: Optional[cst.BaseExpression]) -> Optio
     return None
 
 
-def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str]) -> Optional[bool]:
+def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str],
+                               scopes: Optional[list] = None) -> Optional[bool]:
     """For a call of the file's top-level function ``name`` (``get_net(n)``
-    whose body builds ``net = nn.Linear(n, 1)`` and returns it): whether
-    what it returns may depend on the mode, judged on every ``return``
-    (a returned name by its bindings that reach the ``return``); ``None``
-    when ``name`` is no such function or a ``return`` gives nothing."""
+    whose body builds ``net = nn.Linear(n, 1)`` and returns it), or of the
+    function ``scopes`` (a method the call resolves to: ``self.make_model()``):
+    whether what it returns may depend on the mode, judged on every
+    ``return`` (a returned name by its bindings that reach the ``return``);
+    ``None`` when ``name`` is no such function or a ``return`` gives nothing."""
     if name in seen:
         return None
-    if name not in _defined_functions(model):
-        return None
-    returns = [r for sc in model.scopes if sc.kind == "function" and sc.name == name
-               and sc.parent is model.module_scope for r in model.returns_of(sc)]
+    if scopes is None:
+        if name not in _defined_functions(model):
+            return None
+        scopes = [sc for sc in model.scopes if sc.kind == "function" and sc.name == name
+                  and sc.parent is model.module_scope]
+    returns = [r for sc in scopes for r in model.returns_of(sc)]
     if not returns or any(r.value is None for r in returns):
         return None
     inner = seen | {name}
