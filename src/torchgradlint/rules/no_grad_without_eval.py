@@ -52,15 +52,21 @@ may still be in training mode: the module was trained (it took part in a
 backward or an optimizer step) or `.train()`-ed earlier in the same function
 or loop — including later in an enclosing loop body, which runs before the
 next iteration — or, for an evaluation helper, a same-file caller trained it
-and did not call `.eval()` first.
+and did not call `.eval()` first. A `.eval()` in a branch the call is not in
+(`if (epoch + 1) % k == 0: model.eval()` inside the epoch loop, then a final
+test after it) leaves the modes before it possible too; an `if`/`else` that
+sets the mode in every branch, `if model is not None:`, `if isinstance(model,
+nn.Module):` and `if model.training: model.eval()` do not.
 
 It stays silent when `model.eval()` or `model.train(False)` runs before the
 call (in the function, in every same-file caller, or inside the `no_grad`
 block), when the block calls no module (EMA updates, `p.copy_(...)`), inside
 `torch.enable_grad()`, when the module is defined in the same file without
 dropout or batch-norm layers, and for deliberate batch-norm statistics passes
-(the call's output is discarded, or the function calls `reset_running_stats()`,
-as a hand-written `torch.optim.swa_utils.update_bn` does), and for Monte-Carlo
+(the call's output is discarded, or bound to names never read after an
+explicit `.train()` that nothing trains after, as BigGAN's standing statistics
+are, or the function calls `reset_running_stats()`, as a hand-written
+`torch.optim.swa_utils.update_bn` does), and for Monte-Carlo
 dropout: `model.train()` called for the sampling that follows it (no training
 after it before the next mode switch, the module handed to no unknown
 function) on a module whose visible layers hold no batch norm. Nor does it report a
@@ -77,7 +83,11 @@ nor is a pass over the data whose outputs are summed into a loss that is
 backpropagated after the loop (an auxiliary loss over the whole training
 set). PyTorch Geometric's `GCN`/`GraphSAGE`/`GIN`/`GAT`/`PNA`/`EdgeCNN`
 models count as mode-free unless the constructor call gives them a `dropout`
-other than 0, a `norm` or `**kwargs`.
+other than 0, a `norm` or `**kwargs`, and so do opacus's `DPLSTM`/`DPGRU`/
+`DPRNN` without a `dropout`; a PEFT model (`get_peft_model(model, config)`) is
+mode-sensitive through its base and the adapter dropout its `peft.*Config`
+gives (0 by default). A class of another project file is judged by its code
+through the project index, kind by kind (dropout, batch-norm statistics).
 
 ## Why is this bad?
 `no_grad` only stops autograd from recording the graph; it does not change the
