@@ -36,6 +36,7 @@ def run_fixture(name: str, probe: str) -> dict:
     ("stale_bad", True), ("stale_ok", False), ("stale_ok_accumulation", False),
     ("stale_ok_gan_two_optimizers", False), ("stale_ok_gan_repaired", False),
     ("stale_bad_clipped", True), ("stale_ok_zeroed_in_place", False),
+    ("stale_ok_autograd_grad_before_reset", False),
 ])
 def test_stale_gradients(program, defect):
     m = run(program, StaleGradientProbe.name)

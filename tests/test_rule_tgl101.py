@@ -569,3 +569,32 @@ def test_a_distribution_sample_holds_no_graph_but_rsample_does():
     # MrSyee/pg-is-all-you-need's PPO: the actor returns ``Normal(mu, std).sample()``, drawn under no_grad
     assert lines(_SAMPLED_ACTION.format(draw="sample")) == []
     assert lines(_SAMPLED_ACTION.format(draw="rsample")) == [23]
+
+
+_ACCUMULATION = """
+import torch
+from torch import nn
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+running_loss = 0
+for idx, (x, y) in enumerate(loader):
+    loss = ((model(x) - y) ** 2).mean()
+    n = (y != -100).sum()
+    {store}
+    (loss / accum).backward()
+    if (idx + 1) % accum == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+        print(running_loss.item())
+        {reset}
+"""
+
+
+def test_a_running_sum_reset_after_each_optimizer_step_lives_one_step():
+    # torchtune's recipes: ``running_loss += current_loss`` per micro-batch, reset after the step
+    assert lines(_ACCUMULATION.format(store="running_loss += loss * n", reset="running_loss = 0")) == []
+    assert lines(_ACCUMULATION.format(store="running_loss += loss", reset="running_loss = 0")) == []
+    # never reset: every step's graph stays attached to the sum
+    assert lines(_ACCUMULATION.format(store="running_loss += loss", reset="pass")) == [10]
+    # a value no backward frees (a second forward's output) keeps its activations for the window
+    assert lines(_ACCUMULATION.format(store="running_loss += model(x).sum()", reset="running_loss = 0")) == [10]

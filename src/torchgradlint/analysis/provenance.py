@@ -1148,9 +1148,10 @@ def is_backward_target(model: FileModel, expr: Optional[cst.BaseExpression], at:
 
 def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located) -> bool:
     """Whether the value the name ``expr`` holds at ``at`` is the target of
-    a backward in the same scope that does not retain its graph: after it,
-    nothing can backpropagate that value again (a second backward raises),
-    so keeping it is never needed for a later backward."""
+    a backward in the same scope that does not retain its graph, or part of
+    one by arithmetic (``(loss / accum).backward()``): after it, nothing can
+    backpropagate that value again (a second backward raises), so keeping it
+    is never needed for a later backward."""
     text = dotted_name(expr)
     if not text:
         return False
@@ -1159,7 +1160,7 @@ def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: 
         retain = b.retain_graph
         if retain is not None and not (isinstance(retain, cst.Name) and retain.value == "False"):
             continue
-        if _flows_into(model, text, mine, _backward_roots(b.target), b.call):
+        if _flows_into(model, text, mine, _graph_roots(b.target), b.call):
             return True
     return False
 

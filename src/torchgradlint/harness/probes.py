@@ -98,7 +98,9 @@ class StaleGradientProbe(Probe):
       state is recorded as *consumed*;
     * per parameter a gradient hook (before ``AccumulateGrad``) sees whether a backward
       is about to add into a consumed (or already stale) gradient, and a
-      post-accumulate-grad hook records the resulting *stale* state;
+      post-accumulate-grad hook records the resulting *stale* state (a
+      ``torch.autograd.grad`` pass, which fires the hook but accumulates nothing, is
+      ignored);
     * before each ``step()``, per parameter group, the step is *stale* when a
       parameter's gradient is still in a stale state, or is the same tensor scaled in
       place since (``unscale_``, ``clip_grad_norm_``) and not zeroed.
@@ -137,6 +139,19 @@ class StaleGradientProbe(Probe):
         self._labels: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
         self._counts: dict[str, int] = {}
         self.groups: dict[str, dict] = {}
+        # whether the running pass accumulates into ``.grad``: ``torch.autograd.grad`` fires the
+        # parameters' gradient hooks too but adds nothing (a Fisher statistics pass before a reset)
+        self._accumulating = True
+
+    def on_backward_begin(self, kind: str, roots: tuple, retain: bool, create_graph: bool) -> None:
+        self._about.clear()
+        self._accumulating = kind == "backward"
+
+    def on_backward_end(self, kind: str, result: Any, create_graph: bool) -> None:
+        self._accumulating = True
+
+    def on_backward_error(self, kind: str, exc: BaseException) -> None:
+        self._accumulating = True
 
     def _install(self, stack: ExitStack) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -170,7 +185,7 @@ class StaleGradientProbe(Probe):
 
         def before(grad: torch.Tensor) -> None:
             param = ref()
-            if param is not None:
+            if param is not None and self._accumulating:
                 g = param.grad
                 if unchanged(g, self._consumed.get(pid)):
                     self._about.add(pid)  # adding onto what a step used, untouched since

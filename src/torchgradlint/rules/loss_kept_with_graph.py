@@ -291,10 +291,18 @@ step.
         that loop before the container is rebound again (gradient
         accumulation over micro-batches: ``outputs = []``, ``for chunk in
         chunks: ...; outputs.append(out); loss.backward()``, then
-        ``optimizer.step()``)."""
+        ``optimizer.step()``), or it is rebound in the store's loop after an
+        optimizer step in the same block or one nested in it (``running_loss += loss``
+        each micro-batch, ``if (i + 1) % accum == 0: optimizer.step(); ...;
+        running_loss = 0``, as torchtune's recipes write it)."""
         loop = s.fact.loop
         if loop is None or s.container.startswith("self."):
             return False
+        for b in model.bindings_of(s.container, s.fact.scope):
+            if b.kind in ("assign", "annassign") and loop.contains(b.order) and b.order > s.fact.order and any(
+                    optimizer_step(model, c) is not None and b.blocks and any(x is b.blocks[-1] for x in c.blocks)
+                    for c in model.calls_within(s.fact.order, b.order)):
+                return True
         bound = [b for b in model.reaching_bindings(s.container, s.fact) if b.order < loop.order]
         if not bound or any(b.kind == "param" for b in bound):
             return False
@@ -308,6 +316,19 @@ step.
             return False  # the container outlives a loop around the store's loop
         limit = outer.end if outer is not None else s.fact.scope.end
         return any(optimizer_step(model, c) is not None for c in model.calls_within(loop.end + 1, limit))
+
+    @classmethod
+    def _freed_in_step(cls, model: FileModel, value: cst.BaseExpression, s: _Store) -> bool:
+        """Whether a backward of the step frees the saved tensors of
+        ``value``'s graph: it is backpropagated, or its graph's, or it is an
+        input of the loss a backward in the loop backpropagates, or it is
+        arithmetic on such values and values that hold no graph
+        (``class_loss * num_tokens``: only the product's node is left)."""
+        if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation)):
+            parts = [value.left, value.right] if isinstance(value, cst.BinaryOperation) else [value.expression]
+            return all(cls._freed_in_step(model, p, s) or provenance(model, p, s.fact).detached for p in parts)
+        return freed_by_backward(model, value, s.fact) or is_backward_target(model, value, s.fact) \
+            or cls._loss_input_in_loop(model, value, s)
 
     @staticmethod
     def _loss_input_in_loop(model: FileModel, value: cst.BaseExpression, s: _Store) -> bool:
@@ -411,9 +432,7 @@ step.
                 continue
             if not self._step_loop(model, s):
                 continue
-            if self._within_one_step(model, s) and all(
-                    freed_by_backward(model, v, s.fact) or is_backward_target(model, v, s.fact)
-                    or self._loss_input_in_loop(model, v, s) for v in s.values):
+            if self._within_one_step(model, s) and all(self._freed_in_step(model, v, s) for v in s.values):
                 continue  # micro-batches of one optimizer step, each backpropagated: nothing outlives the step
             for value in s.values:
                 p = provenance(model, value, s.fact)
