@@ -598,3 +598,30 @@ def test_a_running_sum_reset_after_each_optimizer_step_lives_one_step():
     assert lines(_ACCUMULATION.format(store="running_loss += loss", reset="pass")) == [10]
     # a value no backward frees (a second forward's output) keeps its activations for the window
     assert lines(_ACCUMULATION.format(store="running_loss += model(x).sum()", reset="running_loss = 0")) == [10]
+
+
+_SELECTED = """
+import torch
+from torch import nn
+
+actor = nn.Linear(3, 1)
+opt = torch.optim.SGD(actor.parameters(), lr=0.1)
+actions = []
+for state in states:
+    mean = actor(state)
+    action = torch.normal(mean.detach(), 1.0)
+    selected = mean if is_test else action
+    if {guard}:
+        actions.append(selected)
+    opt.zero_grad()
+    mean.sum().backward()
+    opt.step()
+"""
+
+
+def test_a_conditional_value_read_under_the_same_condition_takes_that_branch():
+    # MrSyee's PPO: ``selected_action = dist.mean if self.is_test else action``, stored under ``if not
+    # self.is_test``: only the sampled action (no graph) is ever stored
+    assert lines(_SELECTED.format(guard="not is_test")) == []
+    assert lines(_SELECTED.format(guard="is_test")) == [13]  # the mean, with its graph
+    assert lines(_SELECTED.format(guard="ready")) == [13]  # another condition: either value

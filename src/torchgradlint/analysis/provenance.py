@@ -391,6 +391,26 @@ def reaching_binding(model: FileModel, text: str, at: _Located) -> Optional[Assi
     return model.reaching_binding(text, at)
 
 
+def _branch_taken(model: FileModel, test: cst.BaseExpression, at: _Located) -> Optional[bool]:
+    """Whether ``test`` holds where ``at`` runs, when ``at`` sits in the body
+    or the ``else`` of an ``if`` whose test is the same expression (or its
+    ``not``): MrSyee's PPO binds ``a = dist.mean if self.is_test else
+    action`` and stores ``a`` under ``if not self.is_test:``. ``None`` when no
+    such ``if`` encloses ``at``."""
+    code = model.module.code_for_node(test).strip()
+    for parent, inner in zip(at.blocks, at.blocks[1:]):
+        for stmt in getattr(parent, "body", ()):
+            if not isinstance(stmt, cst.If) or not (stmt.body is inner or (
+                    isinstance(stmt.orelse, cst.Else) and stmt.orelse.body is inner)):
+                continue
+            cond, holds = stmt.test, stmt.body is inner
+            if isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not):
+                cond, holds = cond.expression, not holds
+            if model.module.code_for_node(cond).strip() == code:
+                return holds
+    return None
+
+
 def _backward_roots(target: Optional[cst.BaseExpression]) -> list[cst.BaseExpression]:
     """The named values a backward target backpropagates directly:
     ``loss`` for ``loss``, ``scaler.scale(loss)``, ``loss / k``, ``loss * k``."""
@@ -537,6 +557,10 @@ class _Evaluator:
             if b.kind in ("assign", "annassign", "walrus"):
                 if b.unpacked:
                     return self.element(b, text, depth)
+                if isinstance(b.value, cst.IfExp):
+                    taken = _branch_taken(self.m, b.value.test, at)
+                    if taken is not None:  # ``a if test else c`` read under ``if test:`` / ``if not test:``
+                        return self.expr(b.value.body if taken else b.value.orelse, b, depth + 1)
                 return self.expr(b.value, b, depth + 1)
             if b.kind == "augassign":
                 prev = self.name(text, b, depth + 1) if b.op in ("+=", "-=", "*=", "/=") else _UNKNOWN
