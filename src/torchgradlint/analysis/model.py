@@ -264,6 +264,11 @@ class FileModel:
             value = self.memo[key] = factory()
         return value
 
+    def call_for(self, node: cst.CSTNode) -> Optional["Call"]:
+        """The :class:`Call` fact recorded for the call node ``node`` (``None``
+        if ``node`` is no recorded call)."""
+        return self.cached("calls_by_node", lambda: {id(c.node): c for c in self.calls}).get(id(node))
+
     def memoised(self, table: object, key: object, compute):
         """``compute()`` once per ``key`` of the per-file table ``table``
         (a query's memo: ``table`` is usually the query's function)."""
@@ -690,6 +695,18 @@ def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
     return None
+
+
+def enclosing_ifs(fact: _Located) -> list[tuple[cst.If, cst.CSTNode]]:
+    """The ``if`` statements around ``fact`` within its scope, outermost
+    first, each with the suite of its chain (body, ``elif`` body or ``else``
+    body) that holds ``fact``."""
+    out = []
+    for parent, inner in zip(fact.blocks, fact.blocks[1:]):
+        for stmt in getattr(parent, "body", ()):
+            if isinstance(stmt, cst.If) and any(b is inner for b in if_branches(stmt)):
+                out.append((stmt, inner))
+    return out
 
 
 def if_branches(node: cst.If) -> list[cst.CSTNode]:

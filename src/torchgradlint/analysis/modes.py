@@ -40,7 +40,7 @@ from typing import Optional
 import libcst as cst
 
 from .model import (RECEIVER_METHODS, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
-                    if_branches, is_literal, is_zero_literal, names_in, unwrap)
+                    enclosing_ifs, if_branches, is_literal, is_zero_literal, names_in, unwrap)
 from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
@@ -481,13 +481,13 @@ def _built_mode_free(model: FileModel, node: cst.CSTNode, word: str, target: str
     (:data:`MODE_FREE_UNLESS_GIVEN`) and no call gives them."""
     if target not in MODE_FREE_LIBRARY_CLASSES and target not in MODE_FREE_UNLESS_GIVEN:
         return False
-    callees = set()
-    calls = []
+    calls, uses = [], []
     for n in walk(node):
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == word:
-            callees.add(id(n.func))
             calls.append(n)
-    uses = [n for n in walk(node) if isinstance(n, cst.Name) and n.value == word]
+        elif isinstance(n, cst.Name) and n.value == word:
+            uses.append(n)
+    callees = {id(c.func) for c in calls}
     return bool(calls) and all(id(u) in callees for u in uses) \
         and not any(_expr_sensitive(model, c) for c in calls)
 
@@ -528,8 +528,8 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         if built is not None:
             return built
     if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) == "self":
-        fact = next((c for c in model.calls if c.node is node), None)
-        methods = [sc for sc in model.resolve_callee(fact)] if fact is not None else []
+        fact = model.call_for(node)
+        methods = model.resolve_callee(fact) if fact is not None else []
         if len(methods) == 1:  # ``self.model = self.make_model()``: what the method returns
             built = _factory_returns_sensitive(model, f"self.{node.func.attr.value}", seen, methods)
             if built is not None:
@@ -837,7 +837,7 @@ def dropout_free_at(model: FileModel, call: Call, text: str) -> bool:
     RReLU, or a ``self.training`` branch): batch norm is its only
     mode-dependent layer. ``False`` when a construction is not visible (a
     parameter, an imported factory, a layer imported from another package)."""
-    return _constructions_free_of(model, call, text, _DROPOUT_SOURCE)
+    return _constructions_free_of(model, call, text, "dropout")
 
 
 # Layers whose training mode changes state: batch norm's running statistics (and a custom
@@ -852,10 +852,10 @@ def statistics_free_at(model: FileModel, call: Call, text: str) -> bool:
     norm, running statistics or a ``self.training`` branch): a forward in
     training mode changes no state, dropout is its only mode-dependent layer.
     ``False`` when a construction is not visible."""
-    return _constructions_free_of(model, call, text, _STATISTICS_SOURCE)
+    return _constructions_free_of(model, call, text, "statistics")
 
 
-def _constructions_free_of(model: FileModel, call: Call, text: str, pattern: "re.Pattern[str]") -> bool:
+def _constructions_free_of(model: FileModel, call: Call, text: str, kind: str) -> bool:
     here = _built_values(model, text, model.reaching_bindings(text, call))
     ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
     loaded = [v for v in ctors if isinstance(v, cst.Call) and model.qualname(v.func) == "torch.load"]
@@ -865,7 +865,7 @@ def _constructions_free_of(model: FileModel, call: Call, text: str, pattern: "re
             return False
         ctors = [c for c in ctors if c is not v] + [unwrap(c) for c in saved]
     return bool(ctors) and all(
-        isinstance(v, cst.Call) and _code_free_of(model, model.module.code_for_node(v), pattern, set())
+        isinstance(v, cst.Call) and _code_free_of(model, model.module.code_for_node(v), kind, set())
         for v in ctors)
 
 
@@ -902,23 +902,23 @@ def layer_kinds(model: FileModel, code: str, name: str) -> list[str]:
     """The :data:`LAYER_KINDS` the definition ``name`` (source ``code``) may
     hold by its own code and same-file classes (names it takes from other
     files are asked of ``model.project``, which records them)."""
-    return [kind for kind, pattern in LAYER_KINDS.items() if not _code_free_of(model, code, pattern, {name})]
+    return [kind for kind in LAYER_KINDS if not _code_free_of(model, code, kind, {name})]
 
 
-def _code_free_of(model: FileModel, code: str, pattern: "re.Pattern[str]", seen: set[str]) -> bool:
+def _code_free_of(model: FileModel, code: str, kind: str, seen: set[str]) -> bool:
     """Whether ``code`` (and the same-file classes it names) spells nothing
-    ``pattern`` matches (a zero dropout rate aside) and names no layer from
+    that may build a layer of ``kind`` (:data:`LAYER_KINDS`; a zero dropout
+    rate aside) and names no layer from
     outside torch and the standard/numeric libraries that the project index
     (when the file has one) cannot show to be free of that kind of layer."""
     code = _TYPE_TEST.sub("isinstance()", _PROSE.sub("", code))
-    if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), pattern):
+    if spells_mode_layer(model, _ZERO_DROPOUT.sub("", code), LAYER_KINDS[kind]):
         return False
-    kind = next(k for k, p in LAYER_KINDS.items() if p is pattern)
     project = model.project
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word not in seen:
             seen.add(word)
-            if not _code_free_of(model, model.module.code_for_node(model.classes[word].node), pattern, seen):
+            if not _code_free_of(model, model.module.code_for_node(model.classes[word].node), kind, seen):
                 return False
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
@@ -1260,28 +1260,22 @@ def _branch_choice(model: FileModel, event: ModeEvent, prior: list, then: Call, 
     module's mode (``if training: model.train() else: model.eval()``, the
     flag's choice), and that chain runs whenever ``then`` runs: the mode it
     leaves (:data:`UNKNOWN` when the branches differ); else ``None``."""
-    blocks = event.call.blocks
-    for parent, inner in zip(blocks, blocks[1:]):
-        for stmt in getattr(parent, "body", ()):
-            if not isinstance(stmt, cst.If):
-                continue
-            branches = if_branches(stmt)
-            if not any(b is inner for b in branches):
-                continue
-            chain = stmt
-            while isinstance(chain.orelse, cst.If):
-                chain = chain.orelse
-            if not isinstance(chain.orelse, cst.Else) or any(b is x for b in branches for x in then.blocks):
+    for stmt, _ in enclosing_ifs(event.call):
+        branches = if_branches(stmt)
+        chain = stmt
+        while isinstance(chain.orelse, cst.If):
+            chain = chain.orelse
+        if not isinstance(chain.orelse, cst.Else) or any(b is x for b in branches for x in then.blocks):
+            return None
+        kinds = set()
+        for branch in branches:
+            last = [e for e in prior if any(b is branch for b in e.call.blocks)]
+            if not last:
                 return None
-            kinds = set()
-            for branch in branches:
-                last = [e for e in prior if any(b is branch for b in e.call.blocks)]
-                if not last:
-                    return None
-                kinds.add(last[-1].kind)
-            if not _always_before(model, event, then, text, also=tuple(branches)):
-                return None
-            return kinds.pop() if len(kinds) == 1 else UNKNOWN
+            kinds.add(last[-1].kind)
+        if not _always_before(model, event, then, text, also=tuple(branches)):
+            return None
+        return kinds.pop() if len(kinds) == 1 else UNKNOWN
     return None
 
 
@@ -1558,21 +1552,13 @@ def _not_a_module_here(model: FileModel, call: Call, text: str) -> bool:
     ``text`` is a module: the ``else`` of ``if isinstance(text,
     nn.Module):``, or the body of ``if not isinstance(text, nn.Module):``
     (d2l's ``evaluate_accuracy`` also takes a from-scratch function)."""
-    blocks = call.blocks
-    for parent, inner in zip(blocks, blocks[1:]):
-        for stmt in getattr(parent, "body", ()):
-            if not isinstance(stmt, cst.If):
-                continue
-            test, negated = stmt.test, False
-            if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-                test, negated = test.expression, True
-            if not (isinstance(test, cst.Call) and dotted_name(test.func) == "isinstance" and len(test.args) == 2
-                    and dotted_name(test.args[0].value) == text
-                    and model.qualname(test.args[1].value) in ("torch.nn.Module", "torch.nn.modules.module.Module")):
-                continue
-            branch = stmt.body if negated else (stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else None)
-            if branch is inner:
-                return True
+    for stmt, inner in enclosing_ifs(call):
+        test, negated = stmt.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if _tests_module(model, test, text) and inner is (
+                stmt.body if negated else (stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else None)):
+            return True
     return False
 
 
@@ -1630,15 +1616,21 @@ def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:
     return any(modes_at(model, site, o) & TRAINING_KINDS and mode_sensitive_at(model, site, o) for site, o in pairs)
 
 
-def output_discarded(model: FileModel, call: Call) -> bool:
-    """Whether nothing reads what the module call ``call`` returns: it is an
-    expression statement, or assigned to ``_`` or to names (``out = model(x)``,
-    ``a, b = net(x)``) that are never read (:func:`.reads.never_read`)."""
+def _output_unbound(call: Call) -> bool:
+    """Whether the module call ``call``'s output is bound to no name: an
+    expression statement, or ``_ = model(x)``."""
     stmt = call.statement
-    if isinstance(stmt, cst.Expr) and stmt.value is call.node:
+    return isinstance(stmt, cst.Expr) and stmt.value is call.node or assigned_names(stmt, call.node) == ["_"]
+
+
+def output_discarded(model: FileModel, call: Call) -> bool:
+    """Whether nothing reads what the module call ``call`` returns: it is
+    bound to no name (:func:`_output_unbound`), or to names (``out =
+    model(x)``, ``a, b = net(x)``) that are never read (:func:`.reads.never_read`)."""
+    if _output_unbound(call):
         return True
-    names = assigned_names(stmt, call.node)
-    return bool(names) and (names == ["_"] or never_read(model, names, call.scope))
+    names = assigned_names(call.statement, call.node)
+    return bool(names) and never_read(model, names, call.scope)
 
 
 def initialises_fresh_module(model: FileModel, call: Call, text: str) -> bool:
@@ -1659,8 +1651,7 @@ def recalibrates_statistics(model: FileModel, call: Call, text: str) -> bool:
     and nothing reads the output (BigGAN's standing statistics: ``net.train()``,
     then ``x = net(z, y)`` under no_grad in a loop); or its function resets
     running statistics."""
-    stmt = call.statement
-    if isinstance(stmt, cst.Expr) and stmt.value is call.node or assigned_names(stmt, call.node) == ["_"]:
+    if _output_unbound(call):
         return True
     if _untrained_switch(model, call, text) is not None and output_discarded(model, call):
         return True

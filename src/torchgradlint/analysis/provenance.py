@@ -39,7 +39,8 @@ from typing import Optional
 import libcst as cst
 
 from . import modes, torch_api
-from .model import Assign, Call, FileModel, GradMode, Region, Scope, _Located, call_params, names_in, target_element
+from .model import (Assign, Call, FileModel, GradMode, Region, Scope, _Located, call_params, enclosing_ifs, names_in,
+                    target_element)
 from .tree import iter_children, node_types, walk
 from .names import dotted_name
 from .steps import backward_call
@@ -117,7 +118,6 @@ def _frame_key(frame: dict[str, Provenance]) -> tuple:
 class _Cache:
     modules: Optional[frozenset[str]] = None
     losses: Optional[dict[str, Assign]] = None
-    calls: Optional[dict[int, Call]] = None
     names: dict = field(default_factory=dict)
     backpropagated_bindings: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)
@@ -130,10 +130,7 @@ def _cache(model: FileModel) -> _Cache:
 def call_fact(model: FileModel, node: cst.CSTNode) -> Optional[Call]:
     """The :class:`Call` fact recorded for a call node (``None`` if ``node``
     is no recorded call)."""
-    c = _cache(model)
-    if c.calls is None:
-        c.calls = {id(call.node): call for call in model.calls}
-    return c.calls.get(id(node))
+    return model.call_for(node)
 
 
 # -- modules and losses -----------------------------------------------------------
@@ -398,16 +395,14 @@ def _branch_taken(model: FileModel, test: cst.BaseExpression, at: _Located) -> O
     action`` and stores ``a`` under ``if not self.is_test:``. ``None`` when no
     such ``if`` encloses ``at``."""
     code = model.module.code_for_node(test).strip()
-    for parent, inner in zip(at.blocks, at.blocks[1:]):
-        for stmt in getattr(parent, "body", ()):
-            if not isinstance(stmt, cst.If) or not (stmt.body is inner or (
-                    isinstance(stmt.orelse, cst.Else) and stmt.orelse.body is inner)):
-                continue
-            cond, holds = stmt.test, stmt.body is inner
-            if isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not):
-                cond, holds = cond.expression, not holds
-            if model.module.code_for_node(cond).strip() == code:
-                return holds
+    for stmt, inner in enclosing_ifs(at):
+        if not (stmt.body is inner or (isinstance(stmt.orelse, cst.Else) and stmt.orelse.body is inner)):
+            continue
+        cond, holds = stmt.test, stmt.body is inner
+        if isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not):
+            cond, holds = cond.expression, not holds
+        if model.module.code_for_node(cond).strip() == code:
+            return holds
     return None
 
 

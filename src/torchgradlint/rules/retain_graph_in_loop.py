@@ -356,18 +356,28 @@ def _derived_names(model: FileModel, expr: "cst.BaseExpression | None", at: Call
     """The variables assigned in ``loop`` before ``at`` that ``expr``
     (evaluated at ``at``) is computed from, directly or through other such
     variables (not the loop's own targets: the batch both losses read)."""
-    out: set[str] = set()
+    return {name for name, b, point in _loop_bindings(model, expr, at, loop) if b.order < point.order}
+
+
+def _loop_bindings(model: FileModel, expr: "cst.BaseExpression | None", at: Call, loop: Loop):
+    """The assignments in ``loop`` that ``expr`` (evaluated at ``at``) reads,
+    followed back through the names they read, each as ``(name, binding,
+    the point it reaches)``; a binding that reaches its point from the
+    previous iteration (after it, or in the same statement: ``h = f(h)``)
+    is yielded but not followed. At most 60 (name, point) pairs."""
     todo = [(n, at) for n in names_in(expr)] if expr is not None else []
-    while todo and len(out) < 60:
+    seen: set[tuple[str, int]] = set()
+    while todo and len(seen) < 60:
         name, point = todo.pop()
-        if name in out:
+        if (name, id(point)) in seen:
             continue
+        seen.add((name, id(point)))
         for b in model.reaching_bindings(name, point):
-            if loop.contains(b.order) and b.order < point.order and b.value is not None \
-                    and b.kind in ("assign", "annassign", "augassign"):
-                out.add(name)
+            if not loop.contains(b.order) or b.value is None or b.kind not in ("assign", "annassign", "augassign"):
+                continue
+            yield name, b, point
+            if not (b.order > point.order or b.statement is point.statement):
                 todo += [(n, b) for n in names_in(b.value)]
-    return out
 
 
 def _detached_now_and_then(model: FileModel, name: str, call: Call, loop: Loop) -> bool:
@@ -385,22 +395,11 @@ def _carried(model: FileModel, target, call: Call, loop: Loop):
     """A name on the target's path whose value flows in from the previous
     iteration without being detached (``h`` in ``out, h = rnn(x, h)``), with
     the binding that carries it; ``None`` if there is none."""
-    todo = [(n, call) for n in names_in(target)]
-    seen: set[tuple[str, int]] = set()
-    while todo and len(seen) < 60:
-        name, point = todo.pop()
-        if (name, id(point)) in seen:
-            continue
-        seen.add((name, id(point)))
-        for b in model.reaching_bindings(name, point):
-            if not loop.contains(b.order) or b.value is None or b.kind not in ("assign", "annassign", "augassign"):
-                continue
-            wrapped = b.order > point.order or b.statement is point.statement
-            if wrapped:
-                if not provenance(model, b.value, b).detached and isinstance(b.value, (cst.Call, cst.BinaryOperation)):
-                    return name, b
-                continue
-            todo += [(n, b) for n in names_in(b.value)]
+    for name, b, point in _loop_bindings(model, target, call, loop):
+        wrapped = b.order > point.order or b.statement is point.statement
+        if wrapped and isinstance(b.value, (cst.Call, cst.BinaryOperation)) \
+                and not provenance(model, b.value, b).detached:
+            return name, b
     return None
 
 
