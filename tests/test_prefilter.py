@@ -335,6 +335,18 @@ def test_unregistered_attribute_premise():
             def __init__(self):
                 self.w = torch.randn(3, requires_grad=True)
         """))
+    assert may_hold_unregistered_attribute(_tree("""
+        class Net(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.heads = [nn.Linear(4, 2).cuda() for _ in range(n)]
+        """))  # DomainBed's TRM: a layer moved to the GPU is still a layer
+    assert not may_hold_unregistered_attribute(_tree("""
+        class Net(nn.Module):
+            def __init__(self, xs):
+                super().__init__()
+                self.xs = [x.float().cuda() for x in xs]
+        """))
     # plain attributes and registered containers: TGL006 cannot fire
     assert not may_hold_unregistered_attribute(_tree("""
         class Net(nn.Module):

@@ -166,6 +166,46 @@ def test_import_module_then_attribute(tmp_path, capsys):
     assert check(capsys, "main.py") == (0, "")
 
 
+PARTS = """\
+import torch.nn as nn
+
+
+class Glimpse(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.act = {layer}
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+"""
+
+WHOLE = """\
+import torch.nn as nn
+
+import parts
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.glimpse = parts.Glimpse()
+
+    def forward(self, x):
+        return self.glimpse(x)
+"""
+
+
+@pytest.mark.parametrize("layer, expect", [("nn.ReLU()", (0, [])), ("nn.Dropout(0.5)", (1, ["TGL201"]))])
+def test_a_class_built_from_a_module_imported_whole(tmp_path, capsys, layer, expect):
+    """kevinzakka's recurrent-visual-attention: ``import modules`` then ``modules.GlimpseNetwork(...)``
+    in the model's file; the model is judged by the classes it takes from that module."""
+    write(tmp_path, {"parts.py": PARTS.format(layer=layer), "model.py": WHOLE,
+                     "main.py": TRAIN.format(imports="from model import Net", ctor="Net()")})
+    rc, out = check(capsys, "main.py")
+    assert (rc, codes(out)) == expect
+
+
 def test_unresolvable_names_stay_unknown(tmp_path, capsys):
     write(tmp_path, {"main.py": TRAIN.format(imports="from models import Net", ctor="Net()"),
                      "other.py": MODE_FREE})

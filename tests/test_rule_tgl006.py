@@ -25,6 +25,8 @@ def lines(src: str) -> list[int]:
     "self.layers = [nn.Linear(2, 2), nn.ReLU()]\n",
     "self.layers = (nn.Conv2d(1, 1, 3),)\n",
     "self.layers = [nn.Linear(2, 2) for _ in range(3)]\n",
+    "self.layers = [nn.Linear(2, 2).cuda() for _ in range(3)]\n",  # DomainBed's TRM heads
+    "self.layers = [nn.Linear(2, 2).to('cuda').train()]\n",
     "self.layers = {'a': nn.Linear(2, 2)}\n",
     "self.layers = {k: nn.Embedding(3, 2) for k in 'ab'}\n",
     "self.layers = [nn.Dropout(0.5)]\n",  # no parameters, but .eval() never reaches it
@@ -77,6 +79,8 @@ def test_read_in_another_method_is_flagged():
     "self.layers = [nn.Linear(2, 2)]\nfor i, l in enumerate(self.layers):\n    self.add_module(str(i), l)\n",
     "self.layers = []\nfor i in range(2):\n    l = nn.Linear(2, 2)\n    setattr(self, f'l{i}', l)\n"
     "    self.layers.append(l)\n",
+    "self.layers = []\nfor i in range(2):\n    l = nn.Linear(2, 2)\n    self.__setattr__(f'l{i}', l)\n"
+    "    self.layers.append(l)\n",  # rlkit's Mlp
     "l = nn.Linear(2, 2)\nself.fc = l\nself.layers = [l]\n",
     "self.layers = [nn.Linear(2, 2)]\nself.block = Wrapper(self.layers)\n",
     "self.layers = [nn.CrossEntropyLoss()]\n",

@@ -625,3 +625,23 @@ def test_a_conditional_value_read_under_the_same_condition_takes_that_branch():
     assert lines(_SELECTED.format(guard="not is_test")) == []
     assert lines(_SELECTED.format(guard="is_test")) == [13]  # the mean, with its graph
     assert lines(_SELECTED.format(guard="ready")) == [13]  # another condition: either value
+
+
+def test_helpers_named_after_a_numpy_conversion_hold_no_graph():
+    # rlkit's ``ptu.get_numpy(t)`` (``t.to('cpu').detach().numpy()``), ``to_np``, ``as_numpy``
+    src = """
+    import torch
+    import utils as ptu
+    from utils import to_np, as_numpy, prepare
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stats = []
+    for x, y in loader:
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward(retain_graph=True)
+        optimizer.step()
+        stats.append({call})
+    """
+    for call in ("ptu.get_numpy(loss)", "to_np(loss)", "as_numpy(loss)"):
+        assert lines(src.format(call=call)) == [], call
+    assert lines(src.format(call="prepare(loss)")) == [12]

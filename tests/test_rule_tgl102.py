@@ -359,3 +359,30 @@ def test_a_later_backward_computed_from_the_same_untraced_variable_may_need_the_
 
     assert found("2 * log_prob_v") == []
     assert found("2 * net_act(states_v)") == [12]  # a new forward: the retained graph is waste
+
+
+_AWAC = """
+import torch
+import torch.nn.functional as F
+policy = torch.nn.Linear(4, 2)
+log_beta = torch.zeros(1, requires_grad=True)
+optimizer = torch.optim.Adam(policy.parameters())
+beta = log_beta.exp()
+for i in range(steps):
+    logp = policy(obs).log_softmax(-1)[:, 0]
+    weights = F.softmax(score / beta, dim=0)
+    loss = (-logp * len(weights) * {weights}).mean()
+    optimizer.zero_grad()
+    loss.backward(retain_graph=True)
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("weights, expected", [
+    ("weights.detach()", [13]),  # no path back to the graph of ``beta`` built before the loop
+    ("weights", []),  # every iteration backpropagates into ``beta``'s graph: it must be retained
+])
+def test_a_detached_or_measured_pre_loop_value_needs_no_retained_graph(weights, expected):
+    # rlkit's AWAC buffer-policy reset: the weights from the temperature ``beta`` (computed before the
+    # loop) enter the loss only detached and through ``len(...)``
+    assert lines(_AWAC.format(weights=weights)) == expected

@@ -1084,6 +1084,49 @@ def test_a_pass_whose_sum_is_backpropagated_after_the_loop_is_training():
     assert lines(source.format(last="print(float(kl_loss))")) == [10]  # an evaluation pass after training
 
 
+_GAP = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+class Transfer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.featurizer = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2))
+        self.classifier = nn.Linear(8, 2)
+        self.adversary = nn.Linear(8, 2)
+        self.optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def loss_gap(self, minibatches):
+        worst = None
+        for x, y in minibatches:
+            loss = F.cross_entropy(self.adversary(self.featurizer(x)), y)
+            if worst is None or loss > worst:
+                worst = loss
+        return worst
+
+    def update(self, minibatches):
+        x, y = minibatches[0]
+        self.optimizer.zero_grad()
+        F.cross_entropy(self.classifier(self.featurizer(x)), y).backward()
+        self.optimizer.step()
+        gap = 0.5 * self.loss_gap(minibatches)
+        {use}
+"""
+
+
+@pytest.mark.parametrize("use, flagged", [
+    ("self.optimizer.zero_grad()\n        gap.backward()\n        self.optimizer.step()", False),
+    ("return gap.item()", True),  # the worst loss only read: an evaluation pass after training
+])
+def test_a_pass_whose_result_the_caller_backpropagates_is_training(use, flagged):
+    # DomainBed's Transfer: loss_gap loops over the domains' batches and returns the gap between the
+    # worst and best loss, which update() backpropagates
+    source = _GAP.format(use=use)
+    loop_line = source[:source.index("for x, y in minibatches")].count("\n") + 1
+    assert lines(source, header=False) == ([loop_line] if flagged else [])
+
+
 @pytest.mark.parametrize("ctor, expected", [
     ("GCN(16, 32, 2, 4)", []),  # PyG's BasicGNN models: dropout 0.0 and no norm by default
     ("GAT(16, 32, 2, 4, heads=4)", []),

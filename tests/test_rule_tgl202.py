@@ -305,3 +305,39 @@ def test_a_training_helper_that_switches_to_train_itself_restores_the_mode():
     iteration's ``train_epoch()`` calls ``self.model.train()`` before it trains."""
     assert lines(_PRUNER.format(top="self.model.train()")) == []
     assert lines(_PRUNER.format(top="pass")) == [6]
+
+
+_TEACHER = """
+import copy
+import torch
+from torch import nn
+student = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.Linear(8, 2))
+teacher = copy.deepcopy(student)
+{freeze}
+optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+for step, (x, y) in enumerate(loader):
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(student(x), teacher(x))
+    loss.backward()
+    optimizer.step()
+    if step % 100 == 0:
+        teacher.load_state_dict(student.state_dict())
+        teacher.eval()
+"""
+
+
+@pytest.mark.parametrize("freeze, flagged", [
+    ("teacher.requires_grad_(False)", False),
+    ("for p in teacher.parameters():\n    p.requires_grad = False", False),
+    ("for p in teacher.parameters():\n    p.requires_grad_(False)", False),
+    ("teacher.requires_grad_(False)\nteacher.requires_grad_(True)", True),  # unfrozen again
+    ("for p in student.parameters():\n    p.requires_grad = False", True),  # another module frozen
+    ("pass", True),
+])
+def test_a_frozen_teacher_may_stay_in_eval_mode(freeze, flagged):
+    """openai/consistency_models' progressive distillation: the teacher is frozen with
+    ``requires_grad_(False)`` and put back in eval mode after each refresh from the student; it takes
+    no optimizer step, so no training iteration needs its training mode."""
+    src = _TEACHER.format(freeze=freeze)
+    eval_line = src[:src.index("teacher.eval()")].count("\n") + 1
+    assert lines(src) == ([eval_line] if flagged else [])

@@ -59,7 +59,8 @@ import warnings
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS,
-                                 LOGIT_LOSS_MODULES, PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA,
+                                 LOGIT_LOSS_MODULES, MODULE_RETURNING_METHODS,
+                                 PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA,
                                  STORE_METHODS, TORCH_DROPOUTS, last_names)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -422,8 +423,13 @@ def _display_may_hold(node: ast.expr, classes: set[str]) -> bool:
             return True
         if isinstance(item, ast.Call):
             name = _callee_name(item)
-            if name[:1].isupper() or name in classes or name == "requires_grad_" or any(
-                    k.arg == "requires_grad" for k in item.keywords):
+            if name == "requires_grad_" or any(k.arg == "requires_grad" for k in item.keywords):
+                return True
+            while isinstance(item, ast.Call) and isinstance(item.func, ast.Attribute) \
+                    and item.func.attr in MODULE_RETURNING_METHODS and isinstance(item.func.value, ast.Call):
+                item = item.func.value  # ``nn.Linear(a, b).cuda()``
+            name = _callee_name(item) if isinstance(item, ast.Call) else ""
+            if name[:1].isupper() or name in classes:
                 return True
     return False
 

@@ -67,8 +67,9 @@ measured corpora reaches it: transformers has 4,700 Python files)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """A larger file is not summarised (the largest in the corpora is 1.0 MB)."""
 
-_FORMAT = 4  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns;
-# 4: symbols say which kinds of mode-dependent layer their own code may hold
+_FORMAT = 5  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns;
+# 4: symbols say which kinds of mode-dependent layer their own code may hold;
+# 5: a module imported whole (``import modules``) is a dependency by the attributes read on it
 # ``@name`` / ``@a.b(...)`` at the start of a line: a decorator, by text.
 _DECORATOR = re.compile(r"^[ \t]*@[ \t]*([A-Za-z_][\w.]*)", re.MULTILINE)
 # Decorators that cannot come from the project.
@@ -689,6 +690,20 @@ class ProjectIndex:
         found = self._first_module(bases, parts[:-1], importer)
         return self._symbol(found, parts[-1], hops) if found is not None else None
 
+    def resolve_owner(self, spec: str, importer: Path) -> Optional[tuple[Path, str]]:
+        """Like :meth:`resolve`, but a spec that reaches past a definition
+        names what it reaches through: ``pkg.models.Net.from_config`` (a
+        class's factory) resolves to ``pkg.models.Net``."""
+        while spec:
+            found = self.resolve(spec, importer)
+            if found is not None:
+                return found
+            head, _, last = spec.rpartition(".")
+            if not head or not head.strip(".") or not last:
+                return None
+            spec = head
+        return None
+
     def _symbol(self, path: Path, name: str, hops: int) -> Optional[tuple[Path, str]]:
         entry = self.entry(path)
         summary = entry[3] if entry is not None else None
@@ -718,7 +733,7 @@ class ProjectIndex:
         if local and (kind is None or kind in entry[3]["symbols"][name][4]):
             return True
         for dep in deps:
-            target = self.resolve(dep, path)
+            target = self.resolve_owner(dep, path)
             if target is None or hops >= _MAX_HOPS:
                 return True
             self._note(target[0], used)
@@ -849,8 +864,9 @@ class ProjectView:
         """Whether the file binds ``name`` by a relative import."""
         return name in self.relative
 
-    def _resolve(self, text: str) -> Optional[tuple[Path, str]]:
-        target = self.index.resolve(_spec(text, self.relative), self.path)
+    def _resolve(self, text: str, owner: bool = False) -> Optional[tuple[Path, str]]:
+        spec = _spec(text, self.relative)
+        target = self.index.resolve_owner(spec, self.path) if owner else self.index.resolve(spec, self.path)
         if target is not None:
             self.index._note(target[0], self.used)
         return target
@@ -861,7 +877,7 @@ class ProjectView:
         on training mode; ``None`` when it is not one the index can find."""
         if not text:
             return None
-        target = self._resolve(text)
+        target = self._resolve(text, owner=True)
         if target is None:
             return None
         return self.index.verdict(target[0], target[1], self.used)
@@ -870,7 +886,7 @@ class ProjectView:
         """Whether the project definition ``text`` names is shown to hold no
         layer of ``kind`` (``"dropout"``, ``"statistics"``), nor do the
         project definitions it uses; ``False`` when the index cannot find it."""
-        target = self._resolve(text) if text else None
+        target = self._resolve(text, owner=True) if text else None
         return target is not None and not self.index.verdict(target[0], target[1], self.used, kind=kind)
 
     def decorator(self, text: str) -> Optional[Decorator]:

@@ -450,7 +450,7 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
             if node is not None and _built_mode_free(model, node, word, target) or not _may_build(code, word):
                 continue
-            if _outside(model, target) is not False:
+            if any(_outside(model, t) is not False for t in _reached_through(code, word, target)):
                 return True  # e.g. a torchvision/timm backbone
         elif target is None and project is not None and project.imports_relatively(word) \
                 and _may_build(code, word) and _outside(model, word) is not False:
@@ -471,6 +471,21 @@ def _may_build(code: str, word: str) -> bool:
         if chain is None or re.match(r"\s*\(", code[m.end() + chain.end():]):
             return True
     return False
+
+
+def _reached_through(code: str, word: str, target: str) -> list[str]:
+    """What ``code`` takes from the imported name ``word`` (bound to
+    ``target``): ``target.Attr`` for each attribute read on it when it is
+    only read through attributes (``import modules`` then
+    ``modules.GlimpseNetwork(...)``: the module's classes, not the module),
+    else ``target`` itself."""
+    found: set[str] = set()
+    for m in re.finditer(rf"(?<![\w.]){re.escape(word)}\b", code):
+        attr = re.match(r"\s*\.\s*(\w+)", code[m.end():])
+        if attr is None:
+            return [target]
+        found.add(f"{target}.{attr.group(1)}")
+    return sorted(found) or [target]
 
 
 def _built_mode_free(model: FileModel, node: cst.CSTNode, word: str, target: str) -> bool:

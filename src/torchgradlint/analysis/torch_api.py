@@ -130,12 +130,16 @@ MODE_FREE_UNLESS_GIVEN.update({f"opacus.layers.{path}{name}": 5 for path in ("",
 # ``boft_dropout``, ``module_dropout``, ``rank_dropout``, ``vera_dropout``: all 0.0 by default).
 PEFT_WRAPPERS = frozenset({"peft.get_peft_model", "peft.mapping.get_peft_model",
                            "peft.mapping_func.get_peft_model"})
+# ``nn.Module`` methods that return the module itself (``nn.Linear(a, b).cuda()``).
+MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "train",
+                                      "eval", "requires_grad_", "apply", "share_memory"})
 # Class methods that build an instance of their class.
 CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})
 
 # Helpers from other files named after a detaching call (``torch_item(x)``,
-# ``to_numpy(t)``, ``tensor2float(l)``): their result holds no graph.
-DETACHING_CALLEE_NAME = re.compile(r"(^|[._])(torch_item|to_item|item|to_numpy|tensor_to_numpy|tensor2numpy|"
+# ``to_numpy(t)``, ``tensor2float(l)``, rlkit's ``ptu.get_numpy(t)``): their result holds no graph.
+DETACHING_CALLEE_NAME = re.compile(r"(^|[._])(torch_item|to_item|item|to_numpy|get_numpy|as_numpy|to_np|"
+                                   r"tensor_to_numpy|tensor2numpy|tensor2np|"
                                    r"to_float|tensor2float|to_scalar|to_python)$")
 
 # Activation checkpointing: runs the given function's forward and returns its output.

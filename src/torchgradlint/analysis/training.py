@@ -8,7 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, Loop, Scope, names_in
+from .model import Call, FileModel, Loop, Scope, is_literal, names_in
 from .names import dotted_name
 from .torch_api import DATA_SOURCE_NAME
 from .steps import Backward, OptimizerStep, backward_call, optimizer_step
@@ -178,7 +178,7 @@ def step_span(model: FileModel, call: Call) -> Optional[tuple[int, int]]:
     return (fn.order, fn.end) if fn is not None else None
 
 
-def feeds_backward(model: FileModel, call: Call, after_loops: bool = False) -> bool:
+def feeds_backward(model: FileModel, call: Call, after_loops: bool = False, _depth: int = 0) -> bool:
     """Whether what ``call`` computes flows, later in the same iteration of
     an enclosing loop (or the same call of a loop-free update function),
     into a value that is backpropagated: a training-time
@@ -190,7 +190,10 @@ def feeds_backward(model: FileModel, call: Call, after_loops: bool = False) -> b
     Names are followed forward through bindings, through containers that
     a tainted value is stored into (``rollout.append((obs, r))``,
     ``values[step] = value``), and into same-file helpers that backpropagate
-    (``train(agent, optimizer, rollout)``)."""
+    (``train(agent, optimizer, rollout)``). With ``after_loops``, a value
+    the function returns is followed to its same-file callers (DomainBed's
+    ``loss_gap`` loops over the domains' batches and returns the gap that
+    ``update`` backpropagates), up to three calls deep."""
     span = step_span(model, call)
     if span is None:
         return False
@@ -223,4 +226,49 @@ def feeds_backward(model: FileModel, call: Call, after_loops: bool = False) -> b
             tainted |= {t.text for t in fact.targets if t.text}
             # ``values[step] = value``: the buffer the rollout is stored in
             tainted |= {t.container for t in fact.targets if t.kind == "subscript" and t.container}
-    return False
+    if not after_loops or _depth >= 3:
+        return False
+    if not any(r.value is not None and r.order > call.order and names_in(r.value) & tainted
+               for r in model.returns_of(call.scope)):
+        return False
+    return any(feeds_backward(model, caller, after_loops=True, _depth=_depth + 1)
+               for caller in model.callers_of(call.scope) if caller.scope is not call.scope)
+
+
+def frozen_module(model: FileModel, text: str) -> bool:
+    """Whether the file freezes the module ``text`` and never unfreezes it:
+    ``text.requires_grad_(False)``, or a loop over ``text.parameters()``
+    that sets each one's ``requires_grad = False`` (or calls
+    ``requires_grad_(False)`` on it), and no ``text.requires_grad_()`` /
+    ``requires_grad_(True)``. A frozen module (a distillation teacher, a
+    target network) takes no optimizer update, so no training step needs
+    its training mode: eval mode on it is deliberate.
+
+    PyTorch docs: ``nn.Module.requires_grad_``
+    (https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.requires_grad_)."""
+    freezes = False
+    for c in model.calls:
+        if c.method != "requires_grad_":
+            continue
+        frozen = is_literal(c.arg(0, "requires_grad"), False)
+        if c.receiver_text == text:
+            if not frozen:
+                return False
+            freezes = True
+        elif frozen and c.loop is not None and _iterates_parameters_of(c.loop, text, c.receiver_text):
+            freezes = True
+    for a in model.assigns:
+        for t in a.targets:
+            if t.text and t.text.endswith(".requires_grad") and a.loop is not None and is_literal(a.value, False) \
+                    and _iterates_parameters_of(a.loop, text, t.text.rsplit(".", 1)[0]):
+                freezes = True
+    return freezes
+
+
+def _iterates_parameters_of(loop: Loop, text: str, name: Optional[str]) -> bool:
+    """Whether ``loop`` is ``for name in text.parameters()``."""
+    node = loop.node
+    if not isinstance(node, cst.For) or not isinstance(node.target, cst.Name) or node.target.value != name:
+        return False
+    it = node.iter
+    return isinstance(it, cst.Call) and dotted_name(it.func) == f"{text}.parameters"

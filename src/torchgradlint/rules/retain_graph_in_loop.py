@@ -10,6 +10,7 @@ from ..analysis.model import Call, FileModel, Loop, argument_for, is_literal, na
 from ..analysis.modes import constructor_kind
 from ..analysis.names import dotted_name
 from ..analysis.provenance import State, call_fact, is_module_call, provenance
+from ..analysis.torch_api import DETACHING_METHODS
 from ..analysis.steps import backward_call, covers, is_true, optimizer_constructors, optimizer_modules, optimizer_step
 from ..analysis.training import runs_backward
 from ..analysis.tree import walk
@@ -232,6 +233,11 @@ def _same_file_call(model: FileModel, node) -> bool:
     return fact is not None and bool(model.resolve_callee(fact))
 
 
+# Tensor methods whose result carries no graph, and builtins that make plain Python values.
+_GRAPH_FREE_RESULTS = DETACHING_METHODS | {"size", "dim", "numel", "data_ptr"}
+_PYTHON_VALUES = frozenset({"len", "int", "float", "bool", "str", "isinstance", "range"})
+
+
 def _value_names(node) -> set[str]:
     """Dotted names ``node`` reads as values: operands, arguments and method
     receivers, not the functions or modules it calls (``model`` in
@@ -246,6 +252,9 @@ def _value_names(node) -> set[str]:
                 found.add(d.split(".")[0])
                 continue
         if isinstance(n, cst.Call):
+            if isinstance(n.func, cst.Attribute) and n.func.attr.value in _GRAPH_FREE_RESULTS \
+                    or isinstance(n.func, cst.Name) and n.func.value in _PYTHON_VALUES:
+                continue  # ``weights.detach()``, ``len(weights)``: no graph flows out
             todo += [a.value for a in n.args]
             if isinstance(n.func, cst.Attribute):
                 if n.func.attr.value != "forward":  # ``generator.forward(z)`` calls the module
@@ -285,8 +294,9 @@ def _reads_pre_loop_graph(model: FileModel, target, at: Call, loop: Loop, *, str
             p = provenance(model, b.value, b)
             if p.weak or p.detached or (p.attached and _same_file_call(model, b.value)):
                 continue  # a same-file helper's attached result is only approximated (a module returning a leaf)
-            if p.sources or (not strict and not p.attached):
-                return True  # a graph built before the loop (or, for an unknown target, maybe one)
+            if p.sources or p.state is State.ATTACHED or not strict:
+                return True  # a graph built before the loop (``beta = log_beta.exp()`` of a leaf that
+                # requires grad; for an unknown target, maybe one)
     return False
 
 

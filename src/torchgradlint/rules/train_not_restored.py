@@ -25,6 +25,7 @@ from ..analysis.modes import (
 )
 from ..analysis.names import dotted_name
 from ..analysis.steps import foreign_framework_file
+from ..analysis.training import frozen_module
 from ..analysis.torch_api import FORWARD_METHODS
 from ..registry import Finding, Rule
 
@@ -202,6 +203,9 @@ that calls `self.<part>.train()`), when the module is rebuilt in the loop,
 when the iteration itself puts the module in eval mode before training it
 (GAN phases, gradient checks in eval mode: a choice every iteration makes),
 in PyTorch Lightning modules and callbacks (the trainer restores the mode),
+for a frozen module (`M.requires_grad_(False)`, or `requires_grad = False`
+on each of `M.parameters()`, never undone: a distillation teacher or a
+target network takes no optimizer step, so eval mode is what it wants),
 and for same-file modules without dropout or batch-norm layers, including
 those a same-file factory returns (their mode changes nothing).
 
@@ -261,8 +265,9 @@ for epoch in range(epochs):
                 if not (_is_module(model, at, text) or is_module_at(model, first, first.receiver_text)) \
                         or not mode_sensitive_at(model, at, text):
                     continue
-                if _parts_managed(model, loop, text) or _built_without_mode_layers(model, loop.scope, text):
-                    continue
+                if _parts_managed(model, loop, text) or _built_without_mode_layers(model, loop.scope, text) \
+                        or frozen_module(model, text):
+                    continue  # the mode of a frozen module (a distillation teacher) trains nothing
                 culprit = _leaked_eval(model, loop, text, pairs)
                 if culprit is None:
                     continue

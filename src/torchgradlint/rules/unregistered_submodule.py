@@ -18,6 +18,7 @@ from ..analysis.module_class_facts import (
     self_name,
 )
 from ..analysis.names import dotted_name
+from ..analysis.torch_api import MODULE_RETURNING_METHODS
 from ..analysis.tree import walk
 from ..registry import Finding, Rule
 
@@ -122,7 +123,8 @@ Flax and Haiku modules (their `nn` registers lists), on `nn.Sequential(*self.lay
 on lists of functions or stateless layers (`[F.relu, torch.tanh]`,
 `[nn.ReLU(), nn.Tanh()]`, or instances of a same-file module class that
 holds nothing else: Autoformer's `series_decomp` around an `nn.AvgPool1d`), on tensors without `requires_grad=True`, when
-the class registers its layers itself (`add_module`, `setattr(self, ...)`),
+the class registers its layers itself (`add_module`, `setattr(self, ...)`,
+`self.__setattr__(...)`),
 when the class overrides `parameters()` (it hands its tensors to the optimizer
 itself), and when the container is handed to another object in `__init__`.
 
@@ -188,6 +190,9 @@ a trainable tensor and `nn.ParameterList` for a list of them.
             if self._registered_elsewhere(model, node.value, init):
                 return None
             node = b.value
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in MODULE_RETURNING_METHODS:
+            node = node.func.value  # ``nn.Linear(a, b).cuda()``: the module itself
         if is_stateful_module_ctor(model, node):
             assert isinstance(node, cst.Call)
             name = nn_layer_name(model, node)
@@ -254,7 +259,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
     @staticmethod
     def _registers_itself(model: FileModel, init: Scope, me: str) -> bool:
         for c in model.calls_within(init.order, init.end):
-            if c.method in ("add_module", "register_module") and c.receiver_text == me:
+            if c.method in ("add_module", "register_module", "__setattr__") and c.receiver_text == me:
                 return True
             if c.func_text == "setattr" and c.node.args and names_in(c.node.args[0].value) == {me}:
                 return True
