@@ -72,6 +72,22 @@ def test_with_regions_nesting_and_aliases():
                      GradMode.DISABLED, GradMode.ENABLED]
 
 
+def test_monai_mode_managers_set_grad_mode():
+    m = model_of("""
+        import torch
+        from monai.networks.utils import eval_mode, train_mode
+        import monai
+        with eval_mode(net):
+            y0 = f(0)
+            with train_mode(net):
+                y1 = f(1)
+        with monai.networks.eval_mode(net):
+            y2 = f(2)
+    """)
+    modes = [m.grad_mode(call(m, "f", i)) for i in range(3)]
+    assert modes == [GradMode.DISABLED, GradMode.ENABLED, GradMode.DISABLED]
+
+
 def test_decorators_and_nested_defs_do_not_inherit():
     m = model_of("""
         import torch

@@ -4,6 +4,8 @@ near miss that must still fire."""
 
 import textwrap
 
+import pytest
+
 from torchgradlint.analysis.grad_mode import other_decorator
 from torchgradlint.analysis.model import GradMode
 from torchgradlint.cells import foreign_cell, foreign_spans
@@ -355,6 +357,32 @@ def test_diffusers_vae_has_no_mode_dependent_layers():
 
 def test_diffusers_vae_built_with_dropout_is_mode_sensitive():
     assert codes(VAE.format(ctor="from_config(config, dropout=0.1)")) == [("TGL201", 7)]
+
+
+MONAI_UNET = """
+    import torch
+    from monai.networks.nets import DiffusionModelUNet
+
+    model = DiffusionModelUNet(spatial_dims=2, in_channels=1, out_channels=1{extra})
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(10):
+        model.train()
+        for x in loader:
+            optimizer.zero_grad()
+            model(x, timesteps=t).pow(2).mean().backward()
+            optimizer.step()
+    with torch.no_grad():
+        sample = model(noise, timesteps=t)
+    """
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("", []),  # group norm, and no dropout by default (Project-MONAI/tutorials' ControlNet notebook)
+    (", dropout_cattn=0.1", [("TGL201", 14)]),  # cross-attention dropout given
+    (", **config", [("TGL201", 14)]),  # arguments the linter cannot see
+])
+def test_monai_diffusion_unet_has_no_mode_dependent_layers_by_default(extra, expected):
+    assert codes(MONAI_UNET.format(extra=extra)) == expected
 
 
 SAMPLERS = """

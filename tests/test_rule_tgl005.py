@@ -228,3 +228,39 @@ def test_message_names_the_function_and_the_fix():
     (d,) = result.diagnostics
     text = f"{d.message} {d.detail}"
     assert "`evaluate()`" in d.message and "with torch.no_grad():" in text and d.fix is None
+
+
+_RUN = """
+import torch
+
+
+def run_train(model, loader, optimizer):
+    model.train()
+    for x, y in loader:
+        {enable}
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def run_eval(model, loader):
+    model.eval()
+    torch.set_grad_enabled(False)
+    return [model(x) for x, _ in loader]
+
+
+for epoch in range(10):
+    run_train(model, train_loader, optimizer)
+    run_eval(model, val_loader)
+"""
+
+
+@pytest.mark.parametrize("enable, expected", [
+    ("torch.set_grad_enabled(True)", []),  # the training helper switches grad mode back on every step
+    ("pass", [17]),
+])
+def test_a_training_helper_that_enables_grad_mode_restores_it(enable, expected):
+    # Project-MONAI/tutorials' competition scripts (surgtoolloc, RANZCR): run_eval switches grad mode
+    # off with a bare statement, run_train switches it on at the top of each step
+    assert lines(_RUN.format(enable=enable)) == expected

@@ -1580,3 +1580,93 @@ def test_a_model_built_by_a_method_of_the_class_is_judged_by_what_it_returns(ext
 
     Runner().train(loader, x_test)
     """, header=False) == expected
+
+
+_MONAI = """
+import torch
+from torch import nn
+from monai.networks.utils import eval_mode
+model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    with {manager}:
+        for x, y in val_loader:
+            out = model(x)
+"""
+
+
+@pytest.mark.parametrize("manager, flagged", [
+    ("eval_mode(model)", False),  # MONAI: eval() and torch.no_grad() for the block, modes restored after
+    ("eval_mode(other)", True),  # another module put in eval mode
+    ("torch.no_grad()", True),
+])
+def test_monai_eval_mode_puts_the_module_in_eval_mode(manager, flagged):
+    # Project-MONAI/tutorials' lung-lesion classifier evaluates ``with eval_mode(model):``
+    found = lines(_MONAI.format(manager=manager), header=False)
+    assert bool(found) == flagged, found
+
+
+_REDEFINED = """
+import torch
+from torch import nn
+
+
+def get_model():
+    model = nn.Sequential(nn.Linear(784, 100), {layers}nn.ReLU(), nn.Linear(100, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, nn.CrossEntropyLoss(), optimizer
+
+
+def accuracy(x, y, model):
+    with torch.no_grad():
+        prediction = model(x)
+    return (prediction.argmax(-1) == y).float().mean().item()
+
+
+model, loss_fn, optimizer = get_model()
+for epoch in range(5):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    for x, y in loader:
+        acc = accuracy(x, y, model)
+
+
+def get_model():
+    model = nn.Sequential(nn.Linear(784, 100), nn.BatchNorm1d(100), nn.ReLU(), nn.Linear(100, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, nn.CrossEntropyLoss(), optimizer
+
+
+def accuracy(x, y, model):
+    with torch.no_grad():
+        prediction = model(x)
+    return (prediction.argmax(-1) == y).float().mean().item()
+
+
+model, loss_fn, optimizer = get_model()
+for epoch in range(5):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    for x, y in loader:
+        acc = accuracy(x, y, model)
+"""
+
+
+@pytest.mark.parametrize("layers, expected", [
+    ("", [36]),  # the first model is mode-free: only the batch-norm model of the later cells is flagged
+    ("nn.Dropout(0.5), ", [14, 36]),
+])
+def test_a_notebook_that_redefines_its_factory_judges_each_model_by_its_own_definition(layers, expected):
+    # PacktPublishing's Modern-Computer-Vision-with-PyTorch, Chapter03/Batch_normalization.ipynb:
+    # ``get_model()`` and ``accuracy()`` are redefined in a later cell with a batch-norm model;
+    # ``model, loss_fn, optimizer = get_model()`` runs the definition before it
+    assert lines(_REDEFINED.format(layers=layers), header=False) == expected

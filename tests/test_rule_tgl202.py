@@ -341,3 +341,44 @@ def test_a_frozen_teacher_may_stay_in_eval_mode(freeze, flagged):
     src = _TEACHER.format(freeze=freeze)
     eval_line = src[:src.index("teacher.eval()")].count("\n") + 1
     assert lines(src) == ([eval_line] if flagged else [])
+
+
+_CELL = """
+def get_model():
+    model = nn.Sequential(nn.Linear(784, 100), {layers}nn.ReLU(), nn.Linear(100, 10))
+    return model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_batch(x, y, model, opt, loss_fn):
+    {top}
+    loss_fn(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def val_loss(x, y, model):
+    model.eval()
+    with torch.no_grad():
+        return loss_fn(model(x), y).item()
+
+
+model, loss_fn, optimizer = get_model()
+for epoch in range(5):
+    for x, y in trn_dl:
+        train_batch(x, y, model, optimizer, loss_fn)
+    for x, y in val_dl:
+        validation_loss = val_loss(x, y, model)
+"""
+
+
+@pytest.mark.parametrize("top, flagged", [("pass", True), ("model.train()", False)])
+def test_a_model_from_an_unpacked_factory_starts_in_training_mode(top, flagged):
+    # Packt's Modern-Computer-Vision-with-PyTorch, Chapter03/Batch_normalization.ipynb: the cells of a
+    # mode-free model (whose eval() changes nothing), then the same cells again for a batch-norm model;
+    # ``model, loss_fn, optimizer = get_model()`` builds the new model in training mode, and its
+    # val_loss() leaves it in eval mode for the next epoch
+    first = _CELL.format(layers="", top=top)
+    second = _CELL.format(layers="nn.BatchNorm1d(100), ", top=top)
+    src = "import torch\nfrom torch import nn\n" + first + second
+    eval_line = src[:src.rindex("model.eval()")].count("\n") + 1
+    assert lines(src) == ([eval_line] if flagged else [])

@@ -19,6 +19,14 @@ GRAD_MODE_APIS = frozenset(
 )
 
 
+#: Context managers of other libraries that set the mode of the modules they
+#: are given, and grad mode with it, and restore the modules' modes on exit:
+#: MONAI's ``eval_mode(*nets)`` (``eval()`` under ``torch.no_grad()``) and
+#: ``train_mode(*nets)`` (``train()`` under ``torch.set_grad_enabled(True)``).
+MODULE_MODE_MANAGERS = {
+    f"monai.networks.{path}{name}_mode": name for path in ("", "utils.") for name in ("eval", "train")}
+
+
 def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
@@ -32,8 +40,12 @@ def classify(qualname: Optional[str], call: Optional[cst.Call]) -> Optional[Grad
     ``call`` is the call node when the API is called (``torch.no_grad()``),
     ``None`` when it is used bare (``@torch.no_grad``). A non-literal flag
     (``set_grad_enabled(train)``) gives ``UNKNOWN``: never a finding.
-    ``inference_mode(False)`` changes nothing and gives ``None``.
+    ``inference_mode(False)`` changes nothing and gives ``None``. MONAI's
+    ``eval_mode(net)`` disables grad mode, its ``train_mode(net)`` enables it
+    (:data:`MODULE_MODE_MANAGERS`).
     """
+    if qualname in MODULE_MODE_MANAGERS and call is not None:
+        return GradMode.DISABLED if MODULE_MODE_MANAGERS[qualname] == "eval" else GradMode.ENABLED
     if qualname not in GRAD_MODE_APIS:
         return None
     if qualname == "torch.no_grad":

@@ -34,13 +34,14 @@ An empty answer means no evidence: rules stay silent.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import libcst as cst
 
-from .model import (RECEIVER_METHODS, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
+from .model import (RECEIVER_METHODS, Assign, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
                     enclosing_ifs, if_branches, is_literal, is_zero_literal, names_in, unwrap)
+from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
@@ -539,7 +540,7 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         classes = _bound_values(model, qn, seen)
         if classes is not None:
             return any(_expr_sensitive(model, node.with_changes(func=c), seen | {qn}) for c in classes)
-        built = _factory_returns_sensitive(model, qn, seen)
+        built = _factory_returns_sensitive(model, qn, seen, _live_definitions(model, node))
         if built is not None:
             return built
     if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) == "self":
@@ -585,9 +586,9 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
     if base is not None:
         return base in seen or _expr_sensitive(model, cst.parse_expression(base), seen)
     cls = qn.rsplit(".", 1)[0] if last in CLASS_FACTORIES else qn
-    if cls in MODE_FREE_LIBRARY_CLASSES:
-        return any(a.keyword and a.keyword.value == "dropout" and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}")
-                   for a in node.args)
+    if cls in MODE_FREE_LIBRARY_CLASSES:  # a dropout rate (``dropout``, ``dropout_cattn``) or unseen arguments
+        return any(a.star == "**" or a.keyword and "dropout" in a.keyword.value
+                   and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}") for a in node.args)
     if cls in MODE_FREE_UNLESS_GIVEN:
         return _gives_mode_arguments(node, MODE_FREE_UNLESS_GIVEN[cls])
     return _outside(model, qn) is not False  # a class of the project: the index may know it
@@ -674,6 +675,16 @@ def _path_literal(model: FileModel, node: Optional[cst.BaseExpression]) -> Optio
                  and isinstance(a.value, cst.SimpleString) else None for a in bindings}
         return texts.pop() if len(texts) == 1 else None
     return None
+
+
+def _live_definitions(model: FileModel, node: cst.Call) -> Optional[list[Scope]]:
+    """The top-level definitions the call ``node`` runs, when the file
+    defines its function more than once and the call picks one (a notebook
+    that redefines ``get_model()`` in a later cell: a top-level call runs
+    the last definition before it); ``None`` to take every definition."""
+    fact = model.call_for(node)
+    found = model.resolve_callee(fact) if fact is not None else []
+    return found if found and all(s.parent is model.module_scope for s in found) else None
 
 
 def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str],
@@ -896,7 +907,10 @@ def _built_values(model: FileModel, text: str, bindings: list, functions: bool =
     in other functions)."""
     out = []
     for a in bindings:
-        if a.kind not in ("assign", "annassign") or a.unpacked:
+        if a.kind in ("assign", "annassign") and a.unpacked:
+            out += _unpacked_from_factory(model, a, text, functions, with_order)
+            continue
+        if a.kind not in ("assign", "annassign"):
             continue
         value = unwrap(a.value)
         if isinstance(value, cst.Lambda) and not functions:
@@ -906,6 +920,40 @@ def _built_values(model: FileModel, text: str, bindings: list, functions: bool =
                 or _adapted_without_dropout(model, value) == text:
             continue
         out.append((value, a.order) if with_order else value)
+    return out
+
+
+def _unpacked_from_factory(model: FileModel, a: Assign, text: str, functions: bool, with_order: bool,
+                          depth: int = 0) -> list:
+    """What ``model, loss_fn, optimizer = get_model()`` binds to ``text``
+    when ``get_model`` is a same-file function (the definition the call
+    runs) whose every ``return`` is a tuple: the element at ``text``'s
+    position, a name followed to its bindings in that function (not to
+    every binding of the name in the file); ``[]`` when unknown."""
+    value = unwrap(a.value)
+    index = next((i for i, t in enumerate(a.targets) if t.text == text), None)
+    fns = _live_definitions(model, value) if isinstance(value, cst.Call) else None
+    if index is None or not fns or depth > 2:
+        return []
+    out: list = []
+    for fn in fns:
+        returns = model.returns_of(fn)
+        if not returns:
+            return []
+        for r in returns:
+            element = unwrap(r.value) if r.value is not None else None
+            if not isinstance(element, cst.Tuple) or index >= len(element.elements) \
+                    or isinstance(element.elements[index], cst.StarredElement):
+                return []
+            item = unwrap(element.elements[index].value)
+            if isinstance(item, cst.Name):
+                inner = model.reaching_bindings(item.value, r)
+                found = _built_values(model, item.value, inner, functions, with_order)
+                if not found:
+                    return []
+                out += found
+            else:
+                out.append((item, r.order) if with_order else item)
     return out
 
 
@@ -1125,6 +1173,14 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
                 raw.append(ModeEvent(call, EVAL))
             elif call.method == "train" and (recv == text or is_module(model, recv) or _self_is_module(model, call)):
                 raw.append(ModeEvent(call, _train_flag(call)))
+            continue
+        managed = MODULE_MODE_MANAGERS.get(call.qualname or "")
+        if managed and any(dotted_name(a.value) == text for a in call.node.args):
+            # ``with eval_mode(model):`` (MONAI): the mode for the block, the module's own after it
+            raw.append(ModeEvent(call, EVAL if managed == "eval" else TRAIN))
+            region = next((r for r in model.regions if r.kind == "with" and r.node is call.statement), None)
+            if region is not None and region.end > call.order:
+                raw.append(ModeEvent(replace(call, order=region.end), UNKNOWN))
             continue
         if _trains(model, call):
             if used is None:
@@ -1417,6 +1473,9 @@ def _constructions(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
     transformers and diffusers return their models in eval mode."""
     out: dict[int, str] = {}
     for a in model.bindings_of(text, scope):
+        if a.kind in ("assign", "annassign") and a.unpacked and _factory_builds_fresh(model, a, text):
+            out[id(unwrap(a.value))] = BUILT  # ``model, loss_fn, opt = get_model()``
+            continue
         if a.kind not in ("assign", "annassign") or a.unpacked or constructor_kind(model, a.value) is None:
             continue
         inner = unwrap(a.value)
@@ -1435,6 +1494,18 @@ def _constructions(model: FileModel, scope: Scope, text: str) -> dict[int, str]:
         if isinstance(ctor, cst.Call):
             out[id(ctor)] = kind
     return out
+
+
+def _factory_builds_fresh(model: FileModel, a: Assign, text: str) -> bool:
+    """Whether the unpacking ``a`` (``model, loss_fn, opt = get_model()``)
+    binds ``text`` to a module the same-file factory constructs, in training
+    mode: every definition the call runs returns a constructor call at that
+    position and switches no mode."""
+    value = unwrap(a.value)
+    fns = _live_definitions(model, value) if isinstance(value, cst.Call) else None
+    built = _unpacked_from_factory(model, a, text, False, False) if fns else []
+    return bool(built) and all(constructor_kind(model, v) is not None for v in built) and not any(
+        c.method in ("eval", "train") for fn in fns for c in model.calls_within(fn.order, fn.end))
 
 
 def _pretrained_loads(model: FileModel, scope: Scope, text: str) -> dict[int, str]:

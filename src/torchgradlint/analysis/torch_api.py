@@ -99,8 +99,10 @@ MODE_LAYER = re.compile(r"Dropout|BatchNorm|SyncBatchNorm|Transformer|MultiheadA
 # they are built by default (GroupNorm/LayerNorm/RMSNorm, every dropout
 # probability 0.0): diffusers' VAE and UNets; transformers' BLIP (its text and
 # vision configs default every dropout to 0.0) and the Llama-family decoders
-# (``attention_dropout=0.0``, no other dropout). A ``dropout=`` keyword other
-# than 0 makes a constructor call mode-sensitive again; a PEFT wrapper
+# (``attention_dropout=0.0``, no other dropout); MONAI's diffusion UNet and
+# ControlNet; torch_geometric's MetaPath2Vec and Node2Vec. A keyword naming a
+# dropout rate (``dropout=``, ``dropout_cattn=``) other than 0, or ``**kwargs``,
+# makes a constructor call mode-sensitive again; a PEFT wrapper
 # (``get_peft_model``: LoRA dropout) is another module, judged on its own.
 MODE_FREE_LIBRARY_CLASSES = frozenset({
     "diffusers.AutoencoderKL", "diffusers.models.AutoencoderKL",
@@ -108,6 +110,14 @@ MODE_FREE_LIBRARY_CLASSES = frozenset({
     "diffusers.UNet2DConditionModel", "diffusers.models.UNet2DConditionModel",
     "diffusers.models.unets.unet_2d_condition.UNet2DConditionModel",
     "diffusers.UNet2DModel", "diffusers.models.UNet2DModel", "diffusers.models.unets.unet_2d.UNet2DModel",
+    # MONAI's diffusion networks: group norm, and dropout only in cross-attention (``dropout_cattn=0.0``)
+    *(f"monai.networks.nets.{path}{name}" for path, name in (
+        ("", "DiffusionModelUNet"), ("diffusion_model_unet.", "DiffusionModelUNet"),
+        ("", "ControlNet"), ("controlnet.", "ControlNet"))),
+    # torch_geometric's shallow embeddings: a lookup table and a sampler, no layer that depends on the mode
+    *(f"torch_geometric.nn.{path}{name}" for path, name in (
+        ("", "MetaPath2Vec"), ("models.", "MetaPath2Vec"), ("models.metapath2vec.", "MetaPath2Vec"),
+        ("", "Node2Vec"), ("models.", "Node2Vec"), ("models.node2vec.", "Node2Vec"))),
     *(f"transformers.{name}" for name in (
         "BlipForConditionalGeneration", "BlipForQuestionAnswering", "BlipModel",
         "LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MistralModel",

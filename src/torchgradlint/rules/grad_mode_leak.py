@@ -39,12 +39,27 @@ def _bare_enter(model: FileModel, call: Call) -> bool:
 def _restores(model: FileModel, order: int, end: int, scope: Scope) -> bool:
     """Whether ``[order, end]`` of ``scope`` switches grad mode back: a bare
     ``set_grad_enabled(True)``/``set_grad_enabled(flag)`` statement, an
-    ``__exit__`` call, or a ``with`` that enables grad."""
-    for r in model.regions:
-        if order <= r.order <= end and scope.contains(r.order) and r.mode is not GradMode.DISABLED \
-                and r.kind in ("statement", "with"):
-            return True
-    return any(c.method == "__exit__" for c in model.calls_within(order, end) if c.scope is scope)
+    ``__exit__`` call, a ``with`` that enables grad, or the call of a
+    same-file training helper that switches grad mode on before it trains
+    (``run_train()`` starting each step with ``torch.set_grad_enabled(True)``)."""
+    if _enables(model, order, end, scope):
+        return True
+    calls = [c for c in model.calls_within(order, end) if c.scope is scope]
+    return any(c.method == "__exit__" for c in calls) or any(
+        _enables_before_training(model, callee) for c in calls for callee in model.resolve_callee(c)
+        if not callee.contains(c.order))
+
+
+def _enables(model: FileModel, order: int, end: int, scope: Scope) -> bool:
+    return any(order <= r.order <= end and scope.contains(r.order) and r.mode is not GradMode.DISABLED
+               and r.kind in ("statement", "with") for r in model.regions)
+
+
+def _enables_before_training(model: FileModel, fn: Scope) -> bool:
+    """Whether the function ``fn`` switches grad mode on (a statement or a
+    ``with``) before its first backward or optimizer step."""
+    first = next((c.order for c in model.calls_within(fn.order, fn.end) if _trains(model, c)), None)
+    return first is not None and _enables(model, fn.order, first, fn)
 
 
 def _innermost_scope(model: FileModel, order: int) -> Scope:
