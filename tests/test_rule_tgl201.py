@@ -1670,3 +1670,33 @@ def test_a_notebook_that_redefines_its_factory_judges_each_model_by_its_own_defi
     # ``get_model()`` and ``accuracy()`` are redefined in a later cell with a batch-norm model;
     # ``model, loss_fn, optimizer = get_model()`` runs the definition before it
     assert lines(_REDEFINED.format(layers=layers), header=False) == expected
+
+
+_ODENET = """
+import torch
+from torch import nn
+
+
+def norm(dim):
+    return {norm}
+
+
+head = [nn.Conv2d(1, 64, 3, 1), norm(64), nn.ReLU(inplace=True)]
+features = [nn.Conv2d(64, 64, 3, 1, 1)] if use_conv else [nn.Conv2d(64, 64, 1) for _ in range(6)]
+model = nn.Sequential(*head, *features, norm(64), nn.Flatten(), nn.LazyLinear(10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    with torch.no_grad():
+        val = model(x_val)
+"""
+
+
+@pytest.mark.parametrize("norm, flagged", [("nn.GroupNorm(min(32, dim), dim)", False), ("nn.BatchNorm2d(dim)", True)])
+def test_a_list_chosen_by_a_conditional_expression_is_read_in_both_branches(norm, flagged):
+    # rtqichen/torchdiffeq's odenet_mnist: ``feature_layers = [ODEBlock(...)] if is_odenet else
+    # [ResBlock(64, 64) for _ in range(6)]`` unpacked into ``nn.Sequential`` with group norm only
+    found = lines(_ODENET.format(norm=norm), header=False)
+    assert bool(found) == flagged, found

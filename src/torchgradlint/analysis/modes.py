@@ -738,7 +738,7 @@ LIST_ADDS = frozenset({"append", "extend", "insert"})
 def list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> Optional[list]:
     """What the list ``node`` unpacked into a container (``nn.Sequential(*layers)``)
     may hold: the elements of every display and comprehension bound to the
-    variable, then every value added to it anywhere in the file, in source
+    variable (both branches of a conditional expression), then every value added to it anywhere in the file, in source
     order (``layers.append(nn.Linear(a, b))``, ``extend([...])``, ``insert(i,
     x)``); ``None`` when one of these is not visible (``layers += [...]``,
     ``extend(other)``)."""
@@ -755,8 +755,12 @@ def list_items(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] 
     else:
         return None
     items: list = []
-    for d in displays:
-        d = unwrap(d)
+    todo = list(displays)
+    while todo:
+        d = unwrap(todo.pop(0))
+        if isinstance(d, cst.IfExp):  # ``[ODEBlock(f)] if is_odenet else [ResBlock(64, 64) for _ in range(6)]``
+            todo += [d.body, d.orelse]
+            continue
         if isinstance(d, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in d.elements):
             items += [e.value for e in d.elements]
         elif isinstance(d, cst.ListComp):
