@@ -359,6 +359,32 @@ def test_diffusers_vae_built_with_dropout_is_mode_sensitive():
     assert codes(VAE.format(ctor="from_config(config, dropout=0.1)")) == [("TGL201", 7)]
 
 
+PIPELINE = """
+    import torch
+    from diffusers import DDPMPipeline
+
+    image_pipe = DDPMPipeline.from_pretrained("google/ddpm-celebahq-256")
+    optimizer = torch.optim.AdamW(image_pipe.unet.parameters(), lr=1e-5)
+    for step, batch in enumerate(loader):
+        {train}
+        loss = image_pipe.unet(batch, t).sample.pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        with torch.no_grad():
+            noise_pred = image_pipe.unet(x, t).sample
+    """
+
+
+@pytest.mark.parametrize("train, expected", [
+    ("pass", []),  # the pipeline loads its UNet in eval mode and nothing switches it
+    ("image_pipe.unet.train()", [("TGL201", 14)]),
+])
+def test_a_model_of_a_pretrained_pipeline_starts_in_eval_mode(train, expected):
+    # huggingface/diffusion-models-class, unit 2's finetune_model.py
+    assert codes(PIPELINE.format(train=train)) == expected
+
+
 MONAI_UNET = """
     import torch
     from monai.networks.nets import DiffusionModelUNet

@@ -1518,9 +1518,13 @@ def _pretrained_loads(model: FileModel, scope: Scope, text: str) -> dict[int, st
     (``PreTrainedModel.from_pretrained``: "The model is set in evaluation mode by default
     using ``model.eval()``"), so the rebinding is an ``EVAL`` event that ends whatever
     training the name saw before (a notebook reloading its fine-tuned model); with
-    ``is_trainable=True`` (a PEFT adapter to train) it is ``UNKNOWN``."""
+    ``is_trainable=True`` (a PEFT adapter to train) it is ``UNKNOWN``. A part of what was
+    loaded (``image_pipe.unet`` of ``image_pipe = DDPMPipeline.from_pretrained(...)``: a
+    diffusers pipeline loads each model it holds in eval mode) counts the same."""
     out: dict[int, str] = {}
-    for a in model.bindings_of(text, scope):
+    parts = text.split(".")
+    owners = [".".join(parts[:n]) for n in range(1, len(parts))]
+    for a in [b for t in (text, *owners) for b in model.bindings_of(t, scope)]:
         if a.kind not in ("assign", "annassign") or a.unpacked:
             continue
         node = unwrap(a.value)
