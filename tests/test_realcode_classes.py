@@ -411,6 +411,41 @@ def test_monai_diffusion_unet_has_no_mode_dependent_layers_by_default(extra, exp
     assert codes(MONAI_UNET.format(extra=extra)) == expected
 
 
+MONAI_SEGMENTATION = """
+    import torch
+    from monai.networks.nets import {cls}
+
+    model = {cls}({args})
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(10):
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_function(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            val = model(x_val)
+    """
+
+
+@pytest.mark.parametrize("cls, args, flagged", [
+    # Project-MONAI/tutorials' UNETR and Swin UNETR notebooks: instance norm, every dropout rate 0
+    ("UNETR", 'in_channels=1, out_channels=14, img_size=(96, 96, 96), norm_name="instance", dropout_rate=0.0',
+     False),
+    ("SwinUNETR", "img_size=(96, 96, 96), in_channels=1, out_channels=14, feature_size=48", False),
+    ("UNet", "spatial_dims=3, in_channels=1, out_channels=2, channels=(16, 32), strides=(2,), norm=Norm.GROUP",
+     False),
+    ("UNet", "3, 1, 2, (16, 32), (2,), norm=Norm.BATCH", True),
+    ("BasicUNet", 'spatial_dims=3, norm=("batch", {"eps": 1e-3})', True),
+    ("SwinUNETR", "(96, 96, 96), 1, 14, drop_rate=0.1", True),
+    ("UNETR", "1, 14, (96, 96, 96), norm_name=norm", True),  # a norm the linter cannot read
+    ("UNet", "3, 1, 2, (16, 32), (2,), 3, 3, 0, 'PRELU', 'BATCH'", True),  # the norm given by position
+])
+def test_monai_segmentation_networks_are_judged_by_their_norm_and_dropout(cls, args, flagged):
+    found = codes(MONAI_SEGMENTATION.format(cls=cls, args=args))
+    assert bool(found) == flagged, found
+
+
 SAMPLERS = """
     import torch
     from torch import nn

@@ -45,7 +45,8 @@ from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
-from .torch_api import CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER, PEFT_WRAPPERS
+from .torch_api import (CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER,
+                        MONAI_NORM_CONFIGURED, PEFT_WRAPPERS)
 from .tree import walk
 
 EVAL = "eval"
@@ -495,7 +496,8 @@ def _built_mode_free(model: FileModel, node: cst.CSTNode, word: str, target: str
     class without dropout or normalisation: ``target`` is mode-free
     (:data:`MODE_FREE_LIBRARY_CLASSES`) or mode-free unless given those
     (:data:`MODE_FREE_UNLESS_GIVEN`) and no call gives them."""
-    if target not in MODE_FREE_LIBRARY_CLASSES and target not in MODE_FREE_UNLESS_GIVEN:
+    if target not in MODE_FREE_LIBRARY_CLASSES and target not in MODE_FREE_UNLESS_GIVEN \
+            and target not in MONAI_NORM_CONFIGURED:
         return False
     calls, uses = [], []
     for n in walk(node):
@@ -591,6 +593,8 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
                    and not _ZERO_DROPOUT.fullmatch(f"dropout={_code(a.value)}") for a in node.args)
     if cls in MODE_FREE_UNLESS_GIVEN:
         return _gives_mode_arguments(node, MODE_FREE_UNLESS_GIVEN[cls])
+    if cls in MONAI_NORM_CONFIGURED:
+        return _monai_mode_arguments(node, MONAI_NORM_CONFIGURED[cls])
     return _outside(model, qn) is not False  # a class of the project: the index may know it
 
 
@@ -612,6 +616,36 @@ def _gives_mode_arguments(node: cst.Call, dropout_position: int) -> bool:
         elif a.keyword.value == "norm" and not (isinstance(a.value, cst.Name) and a.value.value == "None"):
             return True
     return positional > dropout_position + 4  # ``norm`` given by position
+
+
+# Norms without running statistics, as MONAI's norm arguments name them (``"instance"``,
+# ``Norm.GROUP``, ``("group", {"num_groups": 8})``).
+_STATELESS_NORM = re.compile(r"^\W*(?:Norm\.)?(?:instance|group|layer)\b", re.IGNORECASE)
+
+
+def _monai_mode_arguments(node: cst.Call, norm_position: int) -> bool:
+    """Whether a constructor call of a :data:`MONAI_NORM_CONFIGURED` network
+    gives it a dropout rate other than 0 (any keyword naming one: ``dropout``,
+    ``drop_rate``, ``dropout_path_rate``), a norm that is not instance, group
+    or layer norm (``norm``/``norm_name``: batch norm, or a value it cannot
+    read), or arguments it cannot see (``*args``, ``**kwargs``, more
+    positional arguments than come before the norm)."""
+    positional = 0
+    for a in node.args:
+        if a.star:
+            return True
+        if a.keyword is None:
+            positional += 1
+            continue
+        name = a.keyword.value
+        if "drop" in name and not is_zero_literal(a.value):
+            return True
+        if name in ("norm", "norm_name"):
+            value = a.value.elements[0].value if isinstance(a.value, cst.Tuple) and a.value.elements else a.value
+            text = value.evaluated_value if isinstance(value, cst.SimpleString) else dotted_name(value)
+            if not isinstance(text, str) or not _STATELESS_NORM.match(text):
+                return True
+    return positional > norm_position
 
 
 _LOADED = "<torch.load>"

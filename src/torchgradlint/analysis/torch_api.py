@@ -135,6 +135,20 @@ MODE_FREE_UNLESS_GIVEN = {f"torch_geometric.nn.{path}{name}": 4
 # batch_first=False, dropout=0, ...)`` like ``nn.LSTM``: dropout only when given.
 MODE_FREE_UNLESS_GIVEN.update({f"opacus.layers.{path}{name}": 5 for path in ("", "dp_rnn.")
                                for name in ("DPLSTM", "DPGRU", "DPRNN")})
+# MONAI's segmentation networks, mode-free as built by default (instance norm without running
+# statistics, every dropout rate 0.0) and mode-dependent when given a batch norm or a dropout rate:
+# ``UNet(spatial_dims, in_channels, out_channels, channels, strides, kernel_size, up_kernel_size,
+# num_res_units, act, norm=Norm.INSTANCE, dropout=0.0)``, ``BasicUNet(spatial_dims, in_channels,
+# out_channels, features, act, norm=("instance", ...), bias, dropout=0.0)``, ``SwinUNETR(img_size,
+# in_channels, out_channels, depths, num_heads, feature_size, norm_name="instance", drop_rate=0.0,
+# attn_drop_rate=0.0, dropout_path_rate=0.0)`` (layer norm in its transformer), ``UNETR(in_channels,
+# out_channels, img_size, feature_size, hidden_size, mlp_dim, num_heads, proj_type,
+# norm_name="instance", conv_block, res_block, dropout_rate=0.0)``: each with the position of its norm
+# argument (more positional arguments than that: not judged).
+MONAI_NORM_CONFIGURED = {f"monai.networks.nets.{path}{name}": position
+                         for name, position, module in (("UNet", 9, "unet"), ("BasicUNet", 5, "basic_unet"),
+                                                        ("SwinUNETR", 6, "swin_unetr"), ("UNETR", 8, "unetr"))
+                         for path in ("", f"{module}.")}
 # PEFT's wrappers: ``get_peft_model(model, config)`` adds adapter layers to ``model``; their only
 # mode-dependent layer is the adapter dropout a ``peft.*Config`` takes (``lora_dropout``,
 # ``boft_dropout``, ``module_dropout``, ``rank_dropout``, ``vera_dropout``: all 0.0 by default).
