@@ -598,24 +598,31 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
     return _outside(model, qn) is not False  # a class of the project: the index may know it
 
 
+def _call_arguments(node: cst.Call) -> Optional[tuple[list[cst.BaseExpression], dict[str, cst.BaseExpression]]]:
+    """The positional and the keyword arguments of ``node``; ``None`` when
+    it passes ``*args`` or ``**kwargs`` (arguments the linter cannot see)."""
+    if any(a.star for a in node.args):
+        return None
+    return ([a.value for a in node.args if a.keyword is None],
+            {a.keyword.value: a.value for a in node.args if a.keyword is not None})
+
+
 def _gives_mode_arguments(node: cst.Call, dropout_position: int) -> bool:
     """Whether a constructor call of a :data:`MODE_FREE_UNLESS_GIVEN` class
     gives it a dropout rate other than 0 (by keyword or at
     ``dropout_position``), a ``norm`` other than ``None``, or arguments
     it cannot see (``*args``, ``**kwargs``)."""
-    positional = 0
-    for a in node.args:
-        if a.star:
-            return True
-        if a.keyword is None:
-            positional += 1
-            if positional == dropout_position + 1 and not is_zero_literal(a.value):
-                return True
-        elif a.keyword.value == "dropout" and not is_zero_literal(a.value):
-            return True
-        elif a.keyword.value == "norm" and not (isinstance(a.value, cst.Name) and a.value.value == "None"):
-            return True
-    return positional > dropout_position + 4  # ``norm`` given by position
+    found = _call_arguments(node)
+    if found is None:
+        return True
+    positional, keywords = found
+    if len(positional) > dropout_position and not is_zero_literal(positional[dropout_position]):
+        return True
+    if "dropout" in keywords and not is_zero_literal(keywords["dropout"]):
+        return True
+    if "norm" in keywords and not is_literal(keywords["norm"], None):
+        return True
+    return len(positional) > dropout_position + 4  # ``norm`` given by position
 
 
 # Norms without running statistics, as MONAI's norm arguments name them (``"instance"``,
@@ -630,22 +637,20 @@ def _monai_mode_arguments(node: cst.Call, norm_position: int) -> bool:
     or layer norm (``norm``/``norm_name``: batch norm, or a value it cannot
     read), or arguments it cannot see (``*args``, ``**kwargs``, more
     positional arguments than come before the norm)."""
-    positional = 0
-    for a in node.args:
-        if a.star:
+    found = _call_arguments(node)
+    if found is None:
+        return True
+    positional, keywords = found
+    if any("drop" in name and not is_zero_literal(value) for name, value in keywords.items()):
+        return True
+    for name in ("norm", "norm_name"):
+        value = keywords.get(name)
+        if isinstance(value, cst.Tuple) and value.elements:
+            value = value.elements[0].value
+        text = value.evaluated_value if isinstance(value, cst.SimpleString) else dotted_name(value) if value else ""
+        if value is not None and (not isinstance(text, str) or not _STATELESS_NORM.match(text)):
             return True
-        if a.keyword is None:
-            positional += 1
-            continue
-        name = a.keyword.value
-        if "drop" in name and not is_zero_literal(a.value):
-            return True
-        if name in ("norm", "norm_name"):
-            value = a.value.elements[0].value if isinstance(a.value, cst.Tuple) and a.value.elements else a.value
-            text = value.evaluated_value if isinstance(value, cst.SimpleString) else dotted_name(value)
-            if not isinstance(text, str) or not _STATELESS_NORM.match(text):
-                return True
-    return positional > norm_position
+    return len(positional) > norm_position
 
 
 _LOADED = "<torch.load>"
