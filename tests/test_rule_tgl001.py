@@ -653,3 +653,36 @@ def test_a_closure_over_a_factory_parameter_may_step_the_loops_optimizer():
             optimizer.zero_grad()
             train_step(batch)
     """) == []
+
+
+_STAGES = """
+import torch
+
+for stage in range(3):
+    m = Head(stage).to(device)
+    opt = torch.optim.Adam(m.parameters(), 1e-3)
+    for x, y in loader:
+        loss = ((m(x) - y) ** 2).mean()
+        {reset}
+        loss.backward()
+        opt.step()
+    opt = torch.optim.Adam(ensemble.parameters(), 1e-3)
+    for x, y in loader:
+        opt.zero_grad()
+        ensemble(x).sum().backward()
+        opt.step()
+"""
+
+
+def test_the_optimizer_bound_where_it_steps_decides_what_a_module_reset_covers():
+    # yandex-research's GrowNet: each boosting stage trains a new ``m`` with ``opt`` over its parameters
+    # (``m.zero_grad()``), then rebinds ``opt`` to the ensemble's optimizer for the corrective step
+    from torchgradlint.engine import lint_source
+    from torchgradlint.rules.missing_zero_grad import MissingZeroGrad
+
+    def found(reset):
+        src = _STAGES.format(reset=reset)
+        return [d.line for d in lint_source(src, "x.py", [MissingZeroGrad]).diagnostics]
+
+    assert found("m.zero_grad()") == []
+    assert found("pass") == [11]

@@ -1677,3 +1677,66 @@ def test_a_list_chosen_by_a_conditional_expression_is_read_in_both_branches(norm
     # [ResBlock(64, 64) for _ in range(6)]`` unpacked into ``nn.Sequential`` with group norm only
     found = lines(_ODENET.format(norm=norm), header=False)
     assert bool(found) == flagged, found
+
+
+def test_a_closure_named_like_a_model_is_a_function():
+    # yandex-research/rtdl-revisiting-models: ``def apply_model(x): return model(x, x_cat=None)`` inside
+    # the training function, called under ``no_grad`` after ``model.eval()``
+    src = """
+    import torch
+    from torch import nn
+
+    def train_eval_net(model, X, Y):
+        def apply_model(x):
+            return model(x, x_cat=None)
+
+        @torch.no_grad()
+        def evaluate():
+            model.eval()
+            return apply_model(X)
+
+        for epoch in range(10):
+            model.train()
+            loss = ((apply_model(X) - Y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            evaluate()
+    """
+    assert lines(src, header=False) == []
+
+
+_PLAIN = """
+import torch
+from torch import nn
+
+
+class Ensemble{base}:
+    def __init__(self):
+        self.models = []
+        self.drop = nn.Dropout(0.5)
+
+    def parameters(self):
+        return [p for m in self.models for p in m.parameters()]
+
+    def forward(self, x):
+        return self.drop(sum(m(x) for m in self.models))
+
+
+net_ensemble = Ensemble()
+optimizer = torch.optim.Adam(net_ensemble.parameters())
+for x, y in loader:
+    optimizer.zero_grad()
+    ((net_ensemble.forward(x) - y) ** 2).mean().backward()
+    optimizer.step()
+with torch.no_grad():
+    out = net_ensemble.forward(x_val)
+"""
+
+
+@pytest.mark.parametrize("base, flagged", [("", False), ("(nn.Module)", True)])
+def test_an_instance_of_a_plain_class_with_its_own_parameters_is_no_module(base, flagged):
+    # yandex-research's GrowNet: ``DynamicNet``, a plain class holding the boosted models, with its own
+    # ``parameters()``, ``to_eval()`` and ``to_train()``
+    found = lines(_PLAIN.format(base=base), header=False)
+    assert bool(found) == flagged, found

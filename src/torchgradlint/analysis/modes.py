@@ -198,11 +198,32 @@ def module_names(model: FileModel) -> frozenset[str]:
             if a.kind in ("assign", "annassign") and not a.unpacked and constructor_kind(model, a.value):
                 found.update(t.text for t in a.targets if t.text)
         for call in model.calls:
-            if call.method in _MODULE_METHODS and call.receiver_text and not call.node.args:
+            if call.method in _MODULE_METHODS and call.receiver_text and not call.node.args \
+                    and not _plain_instance(model, call.receiver_text):
                 found.add(call.receiver_text)
         found -= {"self", "cls"}
         c.modules = frozenset(found)
     return c.modules
+
+
+def _plain_instance(model: FileModel, text: str) -> bool:
+    """Whether every binding of ``text`` in the file builds an instance of a
+    same-file class that is no module (``net_ensemble = DynamicNet(...)``
+    or ``DynamicNet.from_file(...)`` of a plain class with its own
+    ``parameters()``/``to_eval()``): its methods are the class's, not
+    ``nn.Module``'s."""
+    bindings = [a for a in model.assigns if a.binds(text)]
+    if not bindings:
+        return False
+    for a in bindings:
+        value = unwrap(a.value) if a.kind in ("assign", "annassign") and not a.unpacked else None
+        func = value.func if isinstance(value, cst.Call) else None
+        if isinstance(func, cst.Attribute):
+            func = func.value  # ``Cls.from_file(...)``
+        if not isinstance(func, cst.Name) or func.value not in model.classes or func.value in module_classes(model) \
+                or model.classes[func.value].bases:
+            return False
+    return True
 
 
 def instance_class(model: FileModel, text: str, at: Optional[object] = None) -> Optional[str]:
@@ -1674,10 +1695,22 @@ def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
         return True
     if MODULE_NAME.match(text.rsplit(".", 1)[-1]) and ("." not in text or text.startswith("self.")) \
             and not model.bindings_of(text, model.module_scope) and text not in _defined_functions(model) \
-            and _trained_anywhere(model, text):
+            and not _def_in_reach(model, call.scope, text) and _trained_anywhere(model, text):
         return True  # ``model`` / ``self.net`` that a training step in this file runs
     fn = model.enclosing_function(call.scope)
     return fn is not None and any(is_module(model, o) for o in _caller_names(model, fn, text))
+
+
+def _def_in_reach(model: FileModel, scope: Scope, name: str) -> bool:
+    """Whether ``name`` is a function defined in ``scope`` or a scope around
+    it (a closure such as ``def apply_model(x): return model(x)`` inside the
+    training function): a function, not a module, whatever its name."""
+    around = set()
+    s: Optional[Scope] = scope
+    while s is not None:
+        around.add(id(s))
+        s = s.parent
+    return any(f.kind == "function" and f.name == name and id(f.parent) in around for f in model.scopes)
 
 
 def _not_a_module_here(model: FileModel, call: Call, text: str) -> bool:

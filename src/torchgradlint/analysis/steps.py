@@ -313,14 +313,21 @@ def foreign_framework_file(model: FileModel) -> bool:
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 
 
-def optimizer_modules(model: FileModel, optimizer: Optional[str]) -> Optional[frozenset[str]]:
+def optimizer_modules(model: FileModel, optimizer: Optional[str], at=None) -> Optional[frozenset[str]]:
     """Dotted names of the modules whose parameters the optimizer
     ``optimizer`` updates, read from its ``torch.optim`` constructor in this
     file (``Adam(list(E.parameters()) + list(G.parameters()))`` -> ``{E, G}``);
-    ``None`` when the constructor or its parameters cannot be seen."""
+    ``None`` when the constructor or its parameters cannot be seen. ``at``:
+    a fact where the optimizer is used, when known; the constructor bound
+    there is read (a script that rebinds ``opt`` to the optimizer of each
+    stage), else the file's last one."""
     if not optimizer:
         return None
     binding = optimizer_constructors(model).get(optimizer)
+    here = model.reaching_binding(optimizer, at) if at is not None and binding is not None else None
+    if here is not None and here.kind == "assign" and not here.unpacked and isinstance(here.value, cst.Call) \
+            and (model.qualname(here.value.func) or "").startswith("torch.optim."):
+        binding = here
     if binding is None or not isinstance(binding.value, cst.Call):
         return None
     ctor = binding.value
@@ -391,11 +398,12 @@ def covers(modules: frozenset[str], callee: Optional[str]) -> bool:
     return any(callee == m or callee.startswith(m + ".") or m.startswith(callee + ".") for m in modules)
 
 
-def optimizer_owner(model: FileModel, optimizer: Optional[str]) -> Optional[frozenset[str]]:
+def optimizer_owner(model: FileModel, optimizer: Optional[str], at=None) -> Optional[frozenset[str]]:
     """The modules an optimizer updates, when the file tells: its
-    constructor's ``.parameters()`` receivers, or the module that owns it as
-    an attribute (``self.discriminator.optimizer`` -> ``self.discriminator``)."""
-    modules = optimizer_modules(model, optimizer)
+    constructor's ``.parameters()`` receivers (the one bound at ``at``, when
+    given), or the module that owns it as an attribute
+    (``self.discriminator.optimizer`` -> ``self.discriminator``)."""
+    modules = optimizer_modules(model, optimizer, at)
     if modules:
         return modules
     if optimizer and "." in optimizer:
@@ -422,7 +430,7 @@ def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str], a
         mine = configured_optimizer_modules(model, optimizer, at) or optimizer_modules(model, optimizer)
         theirs = configured_optimizer_modules(model, reset.target, at) or optimizer_modules(model, reset.target)
         return bool(mine and theirs and any(covers(mine, m) for m in theirs))
-    owner = optimizer_owner(model, optimizer)
+    owner = optimizer_owner(model, optimizer, at)
     return owner is None or covers(owner, reset.module)
 
 
