@@ -382,3 +382,46 @@ def test_a_model_from_an_unpacked_factory_starts_in_training_mode(top, flagged):
     src = "import torch\nfrom torch import nn\n" + first + second
     eval_line = src[:src.rindex("model.eval()")].count("\n") + 1
     assert lines(src) == ([eval_line] if flagged else [])
+
+
+_BASEMODEL = """
+import torch
+from torch import nn
+
+
+class BaseModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dnn = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+
+    def forward(self, x):
+        return self.dnn(x)
+
+    def fit(self, loader, val_x):
+        model = self.train()
+        for epoch in range(3):
+            {top}
+            for x, y in loader:
+                loss = self.loss_func(model(x), y)
+                self.optim.zero_grad()
+                loss.backward()
+                self.optim.step()
+            self.evaluate(val_x)
+
+    def evaluate(self, x):
+        return self.predict(x)
+
+    def predict(self, x):
+        model = self.eval()
+        with torch.no_grad():
+            return model(x)
+"""
+
+
+@pytest.mark.parametrize("top, flagged", [("pass", True), ("model.train()", False)])
+def test_a_module_trained_through_an_alias_its_train_call_returned(top, flagged):
+    # shenweichen/DeepCTR-Torch's BaseModel.fit: ``model = self.train()`` once before the epochs, then
+    # ``evaluate()`` -> ``predict()`` runs ``model = self.eval()`` after every epoch
+    src = _BASEMODEL.format(top=top)
+    eval_line = src[:src.index("model = self.eval()")].count("\n") + 1
+    assert lines(src) == ([eval_line] if flagged else [])

@@ -46,7 +46,7 @@ from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
 from .torch_api import (CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER,
-                        MONAI_NORM_CONFIGURED, PEFT_WRAPPERS)
+                        MODULE_RETURNING_METHODS, MONAI_NORM_CONFIGURED, PEFT_WRAPPERS)
 from .tree import walk
 
 EVAL = "eval"
@@ -1282,13 +1282,23 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
     return out
 
 
+def same_module(node: Optional[cst.BaseExpression]) -> Optional[str]:
+    """The dotted name of the module ``node`` gives back itself: ``net``,
+    ``context.model``, or through methods that return their module
+    (``self.train()``, ``net.to(device)``); else ``None``."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+            and node.func.attr.value in MODULE_RETURNING_METHODS:
+        node = node.func.value
+    return dotted_name(node) if node is not None else None
+
+
 def _aliases(model: FileModel, scope: Scope, text: str) -> set[str]:
     """Names that ``scope`` binds to exactly ``text`` (``model =
-    context.model``), and only to it."""
+    context.model``, ``model = self.train()``), and only to it."""
     out: set[str] = set()
     for a in model.assigns_in_scope(scope):
         if a.kind == "assign" and not a.unpacked and len(a.targets) == 1 and a.targets[0].text \
-                and dotted_name(a.value) == text and a.targets[0].text != text:
+                and same_module(a.value) == text and a.targets[0].text != text:
             name = a.targets[0].text
             if all(b is a for b in model.bindings_of(name, scope) if b.kind != "param"):
                 out.add(name)

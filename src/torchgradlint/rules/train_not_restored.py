@@ -21,6 +21,7 @@ from ..analysis.modes import (
     map_out,
     mode_sensitive_at,
     module_classes,
+    same_module,
     unwrap,
 )
 from ..analysis.names import dotted_name
@@ -96,9 +97,10 @@ def _is_module(model: FileModel, call: Call, text: str) -> bool:
 
 
 def _names(model: FileModel, scope: Scope, text: str) -> set[str]:
-    """``text`` and the names ``scope`` binds to exactly it (``model = context.model``)."""
+    """``text`` and the names ``scope`` binds to exactly it (``model = context.model``,
+    ``model = self.train()``)."""
     return {text} | {t.text for a in model.assigns_in_scope(scope) if a.kind == "assign" and not a.unpacked
-                     and dotted_name(a.value) == text for t in a.targets if t.text}
+                     and same_module(a.value) == text for t in a.targets if t.text}
 
 
 def _forward_before(model: FileModel, loop: Loop, names: set[str], order: int) -> bool:
