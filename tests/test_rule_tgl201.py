@@ -1740,3 +1740,29 @@ def test_an_instance_of_a_plain_class_with_its_own_parameters_is_no_module(base,
     # ``parameters()``, ``to_eval()`` and ``to_train()``
     found = lines(_PLAIN.format(base=base), header=False)
     assert bool(found) == flagged, found
+
+
+def test_a_factory_that_unpacks_a_call_of_itself_ends_the_search():
+    # a recursive factory must not send the unpacking search round forever (a RecursionError would turn
+    # the whole file into one TGL000)
+    src = """
+    import torch
+    from torch import nn
+
+    def get_model(depth):
+        if depth:
+            model, opt = get_model(depth - 1)
+            return model, opt
+        model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+        return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+    model, opt = get_model(3)
+    for x in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        out = model(x)
+    """
+    result = lint_source(textwrap.dedent(src), "x.py", [NoGradWithoutEval])
+    assert [d.code for d in result.diagnostics] == ["TGL201"]

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional
 import libcst as cst
 
 from .names import ImportTable, dotted_name
+from .torch_api import RECEIVER_METHODS
 from .tree import walk
 
 
@@ -211,14 +212,13 @@ class ClassInfo:
 
 # Methods that return their receiver: mode, device and dtype calls (``Agent(...).to(device)``
 # is the agent, ``Net().to(device).train()`` the net).
-RECEIVER_METHODS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
-                              "requires_grad_", "share_memory"})
-
-
-def unwrap(node: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
-    """``Net().to(device).train()`` -> ``Net()``: strip mode/device/dtype calls."""
+def unwrap(node: Optional[cst.BaseExpression],
+           methods: frozenset[str] = RECEIVER_METHODS) -> Optional[cst.BaseExpression]:
+    """``Net().to(device).train()`` -> ``Net()``: strip mode/device/dtype calls
+    (``methods``: :data:`~.torch_api.RECEIVER_METHODS`, or
+    :data:`~.torch_api.MODULE_RETURNING_METHODS` where the object is a module)."""
     while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-           and node.func.attr.value in RECEIVER_METHODS):
+           and node.func.attr.value in methods):
         node = node.func.value
     return node
 

@@ -40,7 +40,7 @@ from typing import Optional
 import libcst as cst
 
 from .model import (RECEIVER_METHODS, Assign, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
-                    enclosing_ifs, if_branches, is_literal, is_zero_literal, names_in, unwrap)
+                    enclosing_ifs, if_branches, is_literal, is_zero_literal, names_in, target_element, unwrap)
 from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
 from .reads import assigned_names, never_read
@@ -197,10 +197,9 @@ def module_names(model: FileModel) -> frozenset[str]:
         for a in model.assigns:
             if a.kind in ("assign", "annassign") and not a.unpacked and constructor_kind(model, a.value):
                 found.update(t.text for t in a.targets if t.text)
-        for call in model.calls:
-            if call.method in _MODULE_METHODS and call.receiver_text and not call.node.args \
-                    and not _plain_instance(model, call.receiver_text):
-                found.add(call.receiver_text)
+        receivers = {call.receiver_text for call in model.calls
+                     if call.method in _MODULE_METHODS and call.receiver_text and not call.node.args}
+        found.update(r for r in receivers if not _plain_instance(model, r))
         found -= {"self", "cls"}
         c.modules = frozenset(found)
     return c.modules
@@ -220,9 +219,8 @@ def _plain_instance(model: FileModel, text: str) -> bool:
         func = value.func if isinstance(value, cst.Call) else None
         if isinstance(func, cst.Attribute):
             func = func.value  # ``Cls.from_file(...)``
-        if not isinstance(func, cst.Name) or func.value not in model.classes or func.value in module_classes(model) \
-                or model.classes[func.value].bases:
-            return False
+        if not isinstance(func, cst.Name) or func.value not in model.classes or model.classes[func.value].bases:
+            return False  # a class with a base may derive from ``nn.Module``
     return True
 
 
@@ -960,7 +958,7 @@ def _constructions_free_of(model: FileModel, call: Call, text: str, kind: str) -
 
 
 def _built_values(model: FileModel, text: str, bindings: list, functions: bool = False,
-                  with_order: bool = False) -> list:
+                  with_order: bool = False, _depth: int = 0) -> list:
     """The values (unwrapped) of ``bindings`` that build a new object for
     ``text``: not ``model, opt = accelerator.prepare(model, opt)`` (an
     unpacking), ``model = model.to(device)``, ``model = accelerator.prepare(model)``
@@ -972,7 +970,7 @@ def _built_values(model: FileModel, text: str, bindings: list, functions: bool =
     out = []
     for a in bindings:
         if a.kind in ("assign", "annassign") and a.unpacked:
-            out += _unpacked_from_factory(model, a, text, functions, with_order)
+            out += _unpacked_from_factory(model, a, text, functions, with_order, _depth)
             continue
         if a.kind not in ("assign", "annassign"):
             continue
@@ -993,11 +991,12 @@ def _unpacked_from_factory(model: FileModel, a: Assign, text: str, functions: bo
     when ``get_model`` is a same-file function (the definition the call
     runs) whose every ``return`` is a tuple: the element at ``text``'s
     position, a name followed to its bindings in that function (not to
-    every binding of the name in the file); ``[]`` when unknown."""
+    every binding of the name in the file); ``[]`` when unknown, and past
+    three factories deep (a factory that unpacks a call of itself)."""
     value = unwrap(a.value)
-    index = next((i for i, t in enumerate(a.targets) if t.text == text), None)
-    fns = _live_definitions(model, value) if isinstance(value, cst.Call) else None
-    if index is None or not fns or depth > 2:
+    index = target_element(a, text)
+    fns = _live_definitions(model, value) if isinstance(value, cst.Call) and depth <= 2 else None
+    if index is None or not fns:
         return []
     out: list = []
     for fn in fns:
@@ -1012,7 +1011,7 @@ def _unpacked_from_factory(model: FileModel, a: Assign, text: str, functions: bo
             item = unwrap(element.elements[index].value)
             if isinstance(item, cst.Name):
                 inner = model.reaching_bindings(item.value, r)
-                found = _built_values(model, item.value, inner, functions, with_order)
+                found = _built_values(model, item.value, inner, functions, with_order, depth + 1)
                 if not found:
                     return []
                 out += found
@@ -1286,9 +1285,7 @@ def same_module(node: Optional[cst.BaseExpression]) -> Optional[str]:
     """The dotted name of the module ``node`` gives back itself: ``net``,
     ``context.model``, or through methods that return their module
     (``self.train()``, ``net.to(device)``); else ``None``."""
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-            and node.func.attr.value in MODULE_RETURNING_METHODS:
-        node = node.func.value
+    node = unwrap(node, MODULE_RETURNING_METHODS)
     return dotted_name(node) if node is not None else None
 
 
@@ -1704,8 +1701,8 @@ def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
     if is_module(model, text):
         return True
     if MODULE_NAME.match(text.rsplit(".", 1)[-1]) and ("." not in text or text.startswith("self.")) \
-            and not model.bindings_of(text, model.module_scope) and text not in _defined_functions(model) \
-            and not _def_in_reach(model, call.scope, text) and _trained_anywhere(model, text):
+            and not model.bindings_of(text, model.module_scope) and not _def_in_reach(model, call.scope, text) \
+            and _trained_anywhere(model, text):
         return True  # ``model`` / ``self.net`` that a training step in this file runs
     fn = model.enclosing_function(call.scope)
     return fn is not None and any(is_module(model, o) for o in _caller_names(model, fn, text))
@@ -1713,8 +1710,9 @@ def is_module_at(model: FileModel, call: Call, text: Optional[str]) -> bool:
 
 def _def_in_reach(model: FileModel, scope: Scope, name: str) -> bool:
     """Whether ``name`` is a function defined in ``scope`` or a scope around
-    it (a closure such as ``def apply_model(x): return model(x)`` inside the
-    training function): a function, not a module, whatever its name."""
+    it, the module included (a top-level ``def net(X)``, a closure such as
+    ``def apply_model(x): return model(x)`` inside the training function): a
+    function, not a module, whatever its name."""
     around = set()
     s: Optional[Scope] = scope
     while s is not None:

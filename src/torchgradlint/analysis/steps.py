@@ -142,14 +142,20 @@ def optimizer_constructors(model: FileModel) -> dict[str, Assign]:
     found: dict[str, Assign] = {}
     model.memo["optimizer_constructors"] = found
     for a in model.assigns:
-        if a.kind != "assign" or not isinstance(a.value, cst.Call) or a.unpacked:
-            continue
-        qn = model.qualname(a.value.func) or ""
-        if qn.startswith("torch.optim.") and ".lr_scheduler" not in qn and ".swa_utils" not in qn:
+        if _optimizer_binding(model, a):
             for t in a.targets:
                 if t.text:
                     found[t.text] = a
     return found
+
+
+def _optimizer_binding(model: FileModel, a: Assign) -> bool:
+    """Whether ``a`` binds a ``torch.optim.<Optimizer>(...)`` call (not a
+    learning-rate scheduler or an SWA utility)."""
+    if a.kind != "assign" or not isinstance(a.value, cst.Call) or a.unpacked:
+        return False
+    qn = model.qualname(a.value.func) or ""
+    return qn.startswith("torch.optim.") and ".lr_scheduler" not in qn and ".swa_utils" not in qn
 
 
 def _looks_like_optimizer(text: str) -> bool:
@@ -325,8 +331,7 @@ def optimizer_modules(model: FileModel, optimizer: Optional[str], at=None) -> Op
         return None
     binding = optimizer_constructors(model).get(optimizer)
     here = model.reaching_binding(optimizer, at) if at is not None and binding is not None else None
-    if here is not None and here.kind == "assign" and not here.unpacked and isinstance(here.value, cst.Call) \
-            and (model.qualname(here.value.func) or "").startswith("torch.optim."):
+    if here is not None and _optimizer_binding(model, here):
         binding = here
     if binding is None or not isinstance(binding.value, cst.Call):
         return None

@@ -154,9 +154,13 @@ MONAI_NORM_CONFIGURED = {f"monai.networks.nets.{path}{name}": position
 # ``boft_dropout``, ``module_dropout``, ``rank_dropout``, ``vera_dropout``: all 0.0 by default).
 PEFT_WRAPPERS = frozenset({"peft.get_peft_model", "peft.mapping.get_peft_model",
                            "peft.mapping_func.get_peft_model"})
-# ``nn.Module`` methods that return the module itself (``nn.Linear(a, b).cuda()``).
-MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "train",
-                                      "eval", "requires_grad_", "apply", "share_memory"})
+# Methods that move or switch a module or tensor and return the same object (``Net().to(device).train()``;
+# :func:`torchgradlint.analysis.model.unwrap` strips them).
+RECEIVER_METHODS = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
+                              "requires_grad_", "share_memory"})
+# ``nn.Module`` methods that return the module itself (``nn.Linear(a, b).cuda()``): those, and two
+# that only a module returns itself from (``Tensor.type()`` without a dtype gives a string).
+MODULE_RETURNING_METHODS = RECEIVER_METHODS | {"type", "apply"}
 # Class methods that build an instance of their class.
 CLASS_FACTORIES = frozenset({"from_pretrained", "from_config", "from_single_file"})
 

@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Assign, ClassInfo, FileModel, Scope, _Located, names_in
+from ..analysis.model import Assign, ClassInfo, FileModel, Scope, _Located, names_in, unwrap
 from ..analysis.modes import LIST_ADDS
 from ..analysis.module_class_facts import (
     is_requires_grad_tensor,
@@ -190,9 +190,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
             if self._registered_elsewhere(model, node.value, init):
                 return None
             node = b.value
-        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-                and node.func.attr.value in MODULE_RETURNING_METHODS:
-            node = node.func.value  # ``nn.Linear(a, b).cuda()``: the module itself
+        node = unwrap(node, MODULE_RETURNING_METHODS)  # ``nn.Linear(a, b).cuda()``: the module itself
         if is_stateful_module_ctor(model, node):
             assert isinstance(node, cst.Call)
             name = nn_layer_name(model, node)
