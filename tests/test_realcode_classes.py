@@ -1073,3 +1073,214 @@ training_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
 validate(model)
 """
     assert codes(src) == [("TGL201", 19)]
+
+
+# -- a sixth review round (2026-11-24) ------------------------------------------------------------
+_SAC = """
+import torch
+import torch.nn as nn
+
+
+class Actor(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(d, d), nn.ReLU(), {layer})
+
+    def forward(self, state, deterministic=False):
+        return self.trunk(state)
+
+    @torch.no_grad()
+    def act(self, state):
+        deterministic = not self.training
+        return self(state, deterministic=deterministic)
+
+
+class SACN:
+    def __init__(self, actor: Actor, actor_optimizer):
+        self.actor = actor
+        self.actor_optimizer = actor_optimizer
+
+    def _target(self, next_state):
+        with torch.no_grad():
+            return self.actor(next_state)
+
+    def update(self, state, next_state):
+        loss = self.actor(state).pow(2).mean()
+        self.actor_optimizer.zero_grad()
+        loss.backward()
+        self.actor_optimizer.step()
+        return self._target(next_state)
+
+
+actor = Actor(4)
+trainer = SACN(actor=actor, actor_optimizer=torch.optim.Adam(actor.parameters()))
+for state, next_state in loader:
+    trainer.update(state, next_state)
+"""
+
+
+def test_module_from_a_constructor_parameter_is_judged_by_its_annotated_class():
+    # tinkoff-ai/CORL sac_n.py, edac.py, lb_sac.py: ``self.actor = actor`` with ``actor: Actor``, a
+    # policy of linear layers whose ``act()`` (not its forward) reads ``self.training``
+    assert codes(_SAC.format(layer="nn.Linear(d, d)")) == []
+
+
+def test_module_from_a_constructor_parameter_with_dropout_still_fires():
+    assert codes(_SAC.format(layer="nn.Dropout(0.1)")) == [("TGL201", 27)]
+
+
+def test_training_flag_read_in_a_method_the_forward_calls_still_counts():
+    src = _SAC.format(layer="nn.Linear(d, d)").replace(
+        "return self.trunk(state)", "return self.trunk(state) if self.pick() else state").replace(
+        "    @torch.no_grad()\n    def act(", "    def pick(self):\n        return self.training\n\n"
+        "    @torch.no_grad()\n    def act(")
+    assert codes(src) == [("TGL201", 30)]
+
+
+_CRITIC = """
+import torch
+import torch.nn as nn
+
+d, layernorm = 4, True
+critic = nn.Sequential(nn.Linear(d, d), {norm}, nn.ReLU(), nn.Linear(d, 1))
+opt = torch.optim.Adam(critic.parameters())
+for x, y in loader:
+    opt.zero_grad()
+    (critic(x) - y).pow(2).mean().backward()
+    opt.step()
+    with torch.no_grad():
+        q = critic(x_val)
+"""
+
+
+def test_conditional_layer_is_judged_by_both_branches():
+    # CORL lb_sac.py: ``nn.LayerNorm(h) if layernorm else nn.Identity()``; modded-nanogpt:
+    # ``CausalSelfAttention(d, h) if use_attn else None``
+    assert codes(_CRITIC.format(norm="nn.LayerNorm(d) if layernorm else nn.Identity()")) == []
+    assert codes(_CRITIC.format(norm="nn.LayerNorm(d) if layernorm else None")) == []
+
+
+def test_conditional_layer_with_dropout_in_one_branch_still_fires():
+    assert codes(_CRITIC.format(norm="nn.LayerNorm(d) if layernorm else nn.Dropout(0.1)")) == [("TGL201", 13)]
+
+
+_DDP = """
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = nn.Sequential(nn.Linear(4, 4), {layer}, nn.Linear(4, 2))
+model = torch.compile(model)
+ddp_model = DDP(model, device_ids=[0], broadcast_buffers=False)
+opt = torch.optim.Adam(model.parameters())
+for step in range(100):
+    if step % 10 == 0:
+        {switch}
+        with torch.no_grad():
+            val_loss = ddp_model(x_val).sum()
+        model.train()
+    opt.zero_grad()
+    ddp_model(x).sum().backward()
+    opt.step()
+"""
+
+
+def test_wrapper_with_arguments_runs_the_module_it_wraps():
+    # modded-nanogpt: ``ddp_model = DDP(model, device_ids=[...], ...)``; ``model.eval()`` before the
+    # validation that runs ``ddp_model``; the wrapper is as mode-free as the module
+    assert codes(_DDP.format(layer="nn.Dropout(0.1)", switch="model.eval()")) == []
+    assert codes(_DDP.format(layer="nn.ReLU()", switch="pass")) == []
+
+
+def test_wrapper_of_a_module_with_dropout_never_switched_still_fires():
+    assert codes(_DDP.format(layer="nn.Dropout(0.1)", switch="pass")) == [("TGL201", 14)]
+
+
+_ITEM_IF_TENSOR = """
+import torch
+import torch.nn.functional as F
+for epoch in range(10):
+    total = 0.0
+    for x, y in loader:
+        aux = 0.0
+        if old_model is not None:
+            aux = F.mse_loss(model(x), old_model(x).detach())
+        loss = F.cross_entropy(model(x), y) + aux
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += {kept}
+"""
+
+
+def test_item_of_a_value_or_the_value_itself_is_detached():
+    # G-U-N/PyCIL podnet.py: ``flat_losses += flat_loss.item() if self._cur_task != 0 else flat_loss``
+    assert codes(_ITEM_IF_TENSOR.format(kept="aux.item() if old_model is not None else aux")) == []
+    assert codes(_ITEM_IF_TENSOR.format(kept="aux if isinstance(aux, float) else aux.item()")) == []
+
+
+def test_conditional_that_keeps_a_different_tensor_still_fires():
+    assert codes(_ITEM_IF_TENSOR.format(kept="aux.item() if old_model is not None else loss")) == [("TGL101", 14)]
+
+
+_RESTORING_HELPER = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.fc(self.drop(x))
+
+
+def perturb(net, x_nat):
+    net.eval()
+    x = x_nat.detach()
+    for _ in range(10):
+        x.requires_grad_()
+        with torch.enable_grad():
+            loss = net(x).sum()
+        x = x.detach() + 0.1 * torch.autograd.grad(loss, [x])[0].sign()
+    {restore}
+    return x
+
+
+def evaluate(model, loader):
+    model.eval()
+    with torch.no_grad():
+        for data, target in loader:
+            output = model(perturb(net=model, x_nat=data))
+
+
+def main(loader):
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        model.train()
+        for data, target in loader:
+            opt.zero_grad()
+            model(data).sum().backward()
+            opt.step()
+        evaluate(model, loader)
+"""
+
+
+def test_helper_that_hands_the_module_back_in_training_mode_fires_in_an_evaluation():
+    # yaodongyu/TRADES train_trades_mnist_binary.py: ``perturb_logistic`` ends with ``net.train()``
+    # for the training loop; ``eval_adv_test`` calls it under ``no_grad`` and then runs the model
+    assert codes(_RESTORING_HELPER.format(restore="net.train()")) == [("TGL201", 32)]
+
+
+def test_helper_that_leaves_the_module_in_eval_mode_is_silent():
+    assert codes(_RESTORING_HELPER.format(restore="pass")) == []
+
+
+def test_train_switch_of_a_helper_that_never_switched_to_eval_stays_unknown():
+    # ``net.train()`` under no_grad with no ``net.eval()`` before it in the helper: no restore
+    src = _RESTORING_HELPER.format(restore="net.train()").replace("    net.eval()\n", "")
+    assert codes(src) == []

@@ -45,7 +45,7 @@ from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
-from .torch_api import (CLASS_FACTORIES, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER,
+from .torch_api import (CLASS_FACTORIES, FORWARD_METHODS, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER,
                         MODULE_RETURNING_METHODS, MONAI_NORM_CONFIGURED, PEFT_WRAPPERS)
 from .tree import walk
 
@@ -378,8 +378,54 @@ def _class_sensitive(model: FileModel, name: str, seen: set[str], info: "Optiona
             continue  # ``class LinearSub(torch.nn.Linear)``: a mode-free torch layer
         if b not in _MODULE_BASES and last not in module_classes(model) and _outside(model, b) is not False:
             return True  # a base we cannot see may use dropout or batch norm
-    code = model.module.code_for_node(info.node)
+    code = class_code(model, info)
     return code_sensitive(model, _without_zero_dropout(code, zero) if zero else code, name, seen, info.node)
+
+
+# Methods a forward may run whatever the file shows: construction, the call itself and the
+# forward-like entry points (:data:`~.torch_api.FORWARD_METHODS`).
+_FORWARD_ROOTS = frozenset({"__init__", "__post_init__", "__call__", "__getattr__", *FORWARD_METHODS})
+_SELF_ATTRIBUTE = re.compile(r"(?:\bself|\bcls|\bsuper\(\)|\btype\(self\))\s*\.\s*([A-Za-z_]\w*)")
+_SELF_BINDING = re.compile(r"\bself\s*\.\s*\w+\s*(?::[^=\n]*)?(?:[-+*/@|&^%]|//|\*\*|<<|>>)?=(?!=)")
+
+
+_ACCESSORS = frozenset({"staticmethod", "classmethod", "property", "cached_property", "setter", "getter",
+                        "deleter"})
+
+
+def _accessor(fn: cst.FunctionDef) -> bool:
+    """Whether ``fn`` is a property, a static or a class method (reached without a call through ``self``)."""
+    for d in fn.decorators:
+        node = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
+        if (dotted_name(node) or "").rsplit(".", 1)[-1] in _ACCESSORS:
+            return True
+    return False
+
+
+def class_code(model: FileModel, info: ClassInfo) -> str:
+    """The source of the class ``info`` that its forward may run: the class
+    without the methods no forward reaches, those that are none of
+    :data:`_FORWARD_ROOTS`, no property, static or class method, that no code of the file reads
+    through ``self``/``cls``/``super()`` (``self.helper(x)``, in this class
+    or another) or through the class (``UNet._block(...)``) and that bind no
+    attribute (no ``self.x = ...``: they build no layer). Their code cannot
+    make a forward depend on training mode: CORL's ``Actor.act`` reads
+    ``self.training`` to pick the deterministic action at evaluation, its
+    ``forward`` does not. Memoised per class."""
+    def compute() -> str:
+        used = model.cached("self_attributes", lambda: frozenset(_SELF_ATTRIBUTE.findall(model.source)))
+        body = info.node.body
+        if not isinstance(body, cst.IndentedBlock):
+            return model.module.code_for_node(info.node)
+        used = used | set(re.findall(rf"\b{re.escape(info.name)}\s*\.\s*([A-Za-z_]\w*)", model.source))
+        kept = [stmt for stmt in body.body
+                if not isinstance(stmt, cst.FunctionDef) or _accessor(stmt) or stmt.name.value in _FORWARD_ROOTS
+                or stmt.name.value in used or _SELF_BINDING.search(model.module.code_for_node(stmt))]
+        if len(kept) == len(body.body):
+            return model.module.code_for_node(info.node)
+        node = info.node.with_changes(body=body.with_changes(body=kept or [cst.SimpleStatementLine([cst.Pass()])]))
+        return model.module.code_for_node(node)
+    return model.cached(("class_code", id(info.node)), compute)
 
 
 _DROPOUT_BUILT = r"self\.(\w+)\s*=\s*(?:[\w.]*\.)?Dropout\(\s*(?:p\s*=\s*)?({})\s*\)"
@@ -548,7 +594,11 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
     node = unwrap(node)
     if isinstance(node, cst.Lambda):
         return False  # a function, not a module
+    if isinstance(node, cst.IfExp):  # ``nn.LayerNorm(h) if layernorm else nn.Identity()``: either branch
+        return any(_expr_sensitive(model, branch, seen, at) for branch in (node.body, node.orelse))
     if isinstance(node, cst.Name):
+        if node.value == "None":
+            return False  # ``Attention(d) if use_attn else None``: no module
         if node.value in _defined_functions(model):
             return False
         values = _bound_values(model, node.value, seen)
@@ -897,6 +947,7 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
     c = _cache(model)
     if text in c.sensitive:
         return c.sensitive[text]
+    c.sensitive[text] = True  # a module that wraps itself through another name: unknown
     result = _bindings_sensitive(model, text, [a for a in model.assigns if a.binds(text)])
     c.sensitive[text] = result is not False
     return c.sensitive[text]
@@ -905,13 +956,38 @@ def mode_sensitive(model: FileModel, text: str) -> bool:
 def _bindings_sensitive(model: FileModel, text: str, bindings: list, functions: bool = False,
                         seen: frozenset[str] = frozenset()) -> Optional[bool]:
     """:func:`mode_sensitive` over the given bindings of ``text``: ``None``
-    when none of them constructs a module (no evidence either way);
-    ``functions``: see :func:`_built_values`; ``seen``: the functions and
-    variables being resolved (see :func:`_expr_sensitive`)."""
+    when none of them constructs or wraps a module (no evidence either way);
+    a wrapper of another module (``ddp_model = DDP(model, ...)``) is that
+    module; ``functions``: see :func:`_built_values`; ``seen``: the
+    functions and variables being resolved (see :func:`_expr_sensitive`)."""
     built = _built_values(model, text, bindings, functions, with_order=True)
-    if not built:
+    wrapped = {w for a in bindings if a.kind in ("assign", "annassign") and not a.unpacked
+               and isinstance(unwrap(a.value), cst.Call)
+               and (w := same_module(a.value, model)) is not None and w != text}
+    given = _parameter_classes(model, bindings)
+    if not built and not wrapped and not given:
         return None
-    return any(_expr_sensitive(model, value, seen, order) for value, order in built)
+    return any(_expr_sensitive(model, value, seen, order) for value, order in built) \
+        or any(mode_sensitive(model, w) for w in sorted(wrapped)) \
+        or any(class_sensitive(model, cls) for cls in sorted(given))
+
+
+def _parameter_classes(model: FileModel, bindings: list) -> set[str]:
+    """The same-file module classes that bindings from a parameter hold
+    (``self.actor = actor`` in ``__init__(self, actor: Actor, ...)``, or
+    every same-file construction passing an ``Actor(...)``: see
+    :func:`parameter_class`); a parameter of unknown class adds nothing."""
+    out: set[str] = set()
+    for a in bindings:
+        value = unwrap(a.value, MODULE_RETURNING_METHODS) if a.kind in ("assign", "annassign") else None
+        if a.unpacked or not isinstance(value, cst.Name):
+            continue
+        fn = model.enclosing_function(a.scope)
+        if fn is not None and value.value in fn.params:
+            cls = parameter_class(model, fn, value.value)
+            if cls is not None:
+                out.add(cls)
+    return out
 
 
 # Layers whose output is random, or depends on the mode otherwise than batch norm's statistics.
@@ -1044,7 +1120,7 @@ def _code_free_of(model: FileModel, code: str, kind: str, seen: set[str]) -> boo
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word not in seen:
             seen.add(word)
-            if not _code_free_of(model, model.module.code_for_node(model.classes[word].node), kind, seen):
+            if not _code_free_of(model, class_code(model, model.classes[word]), kind, seen):
                 return False
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
@@ -1166,8 +1242,31 @@ def _switched_while_grad_disabled(model: FileModel, call: Call, recv: str, text:
         return False
     if recv.startswith(text + "."):
         return True
+    if call.method == "train" and recv == text and _restores_on_exit(model, call, text):
+        return False  # a helper handing the module back in training mode, whatever its caller does
     return call.method == "train" and _owner_of(recv, text) and _train_flag(call) == TRAIN \
         and (recv == text or is_module(model, recv) or _self_is_module(model, call))
+
+
+def _restores_on_exit(model: FileModel, call: Call, text: str) -> bool:
+    """Whether ``call`` (``text.train()``) restores training mode on the way
+    out of a helper that switched its parameter ``text`` to eval: after a
+    ``text.eval()`` of the same function, outside its loops, with no forward
+    of ``text`` after it in the function. TRADES's ``perturb_logistic(net,
+    x)`` (``net.eval()``, an attack, ``net.train()``) serves the training
+    loop; an evaluation under ``no_grad`` that calls it then runs the model
+    in training mode. Not a switch made for the forwards that follow it (a
+    batch-norm recalibration, Monte-Carlo dropout, torchvision's losses)."""
+    fn = model.enclosing_function(call.scope)
+    if fn is None or text.split(".")[0] not in fn.params:
+        return False
+    loop = call.loop
+    if loop is not None and loop.order >= fn.order:
+        return False
+    inside = model.calls_within(fn.order, fn.end)
+    return any(c.order < call.order and c.receiver_text == text and c.method == "eval" for c in inside) \
+        and not any(c.order > call.order and (c.func_text == text or c.receiver_text == text
+                                               and c.method in FORWARD_METHODS) for c in inside)
 
 
 def _trains(model: FileModel, call: Call) -> bool:
@@ -1212,6 +1311,26 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
     if key in c.events:
         return c.events[key]
     c.events[key] = []  # recursion guard
+    raw = _own_events(model, scope, text, depth)
+    for alias in _alias_group(model, scope, text):
+        # ``model = context.model``: the events of the alias are the module's
+        seen = {id(e.call) for e in raw}
+        raw += [e for e in _own_events(model, scope, alias, depth) if id(e.call) not in seen]
+    raw.sort(key=lambda e: e.order)
+    out: list[ModeEvent] = []
+    last_explicit: Optional[str] = None
+    for e in raw:
+        if e.kind == TRAINED and last_explicit == EVAL:
+            continue
+        if e.kind != TRAINED:
+            last_explicit = e.kind
+        out.append(e)
+    c.events[key] = out
+    return out
+
+
+def _own_events(model: FileModel, scope: Scope, text: str, depth: int) -> list[ModeEvent]:
+    """The mode events of ``text`` itself in ``scope`` (its aliases' aside), unsorted."""
     raw: list[ModeEvent] = []
     used: Optional[bool] = None
     built = _constructions(model, scope, text)
@@ -1264,42 +1383,50 @@ def events(model: FileModel, scope: Scope, text: str, depth: int = 0) -> list[Mo
                         kind = TRAIN  # ``train_epoch()`` calls ``model.train()`` itself before it trains
                     raw.append(ModeEvent(call, HELPER_TRAIN if kind in (TRAIN, HELPER_TRAIN) else kind))
                     break
-    for alias in _aliases(model, scope, text):
-        # ``model = context.model``: the events of the alias are the module's
-        seen = {id(e.call) for e in raw}
-        raw += [e for e in events(model, scope, alias, depth) if id(e.call) not in seen]
-    raw.sort(key=lambda e: e.order)
-    out: list[ModeEvent] = []
-    last_explicit: Optional[str] = None
-    for e in raw:
-        if e.kind == TRAINED and last_explicit == EVAL:
-            continue
-        if e.kind != TRAINED:
-            last_explicit = e.kind
-        out.append(e)
-    c.events[key] = out
-    return out
+    return raw
 
 
-def same_module(node: Optional[cst.BaseExpression]) -> Optional[str]:
+def same_module(node: Optional[cst.BaseExpression], model: Optional[FileModel] = None) -> Optional[str]:
     """The dotted name of the module ``node`` gives back itself: ``net``,
     ``context.model``, or through methods that return their module
-    (``self.train()``, ``net.to(device)``); else ``None``."""
+    (``self.train()``, ``net.to(device)``); with ``model`` (the file, to
+    resolve callees) also through a wrapper whose forward and mode are the
+    module's (``DDP(model, device_ids=[rank])``, ``torch.compile(model)``:
+    :data:`_PASS_THROUGH`, the module its first argument); else ``None``."""
     node = unwrap(node, MODULE_RETURNING_METHODS)
+    if model is not None and isinstance(node, cst.Call) and node.args and node.args[0].keyword is None \
+            and not node.args[0].star and (model.qualname(node.func) or "") in _PASS_THROUGH:
+        return same_module(node.args[0].value, model)
     return dotted_name(node) if node is not None else None
 
 
 def _aliases(model: FileModel, scope: Scope, text: str) -> set[str]:
     """Names that ``scope`` binds to exactly ``text`` (``model =
-    context.model``, ``model = self.train()``), and only to it."""
+    context.model``, ``model = self.train()``, ``ddp_model = DDP(model,
+    ...)``), and only to it."""
     out: set[str] = set()
     for a in model.assigns_in_scope(scope):
         if a.kind == "assign" and not a.unpacked and len(a.targets) == 1 and a.targets[0].text \
-                and same_module(a.value) == text and a.targets[0].text != text:
+                and same_module(a.value, model) == text and a.targets[0].text != text:
             name = a.targets[0].text
             if all(b is a for b in model.bindings_of(name, scope) if b.kind != "param"):
                 out.add(name)
     return out
+
+
+def _alias_group(model: FileModel, scope: Scope, text: str) -> set[str]:
+    """The other names ``scope`` holds the module ``text`` under: its
+    aliases (:func:`_aliases`), and when ``text`` is itself an alias (its
+    one binding in ``scope`` is ``ddp_model = DDP(model, ...)``) the module
+    it names and that module's other aliases; ``model.eval()`` switches
+    what ``ddp_model(x)`` runs."""
+    group = _aliases(model, scope, text)
+    own = [b for b in model.bindings_of(text, scope) if b.kind != "param"]
+    if len(own) == 1 and own[0].kind == "assign" and not own[0].unpacked and len(own[0].targets) == 1:
+        target = same_module(own[0].value, model)
+        if target is not None and target != text:
+            group |= {target} | _aliases(model, scope, target)
+    return group - {text}
 
 
 def modes_at(model: FileModel, call: Call, text: str, depth: int = 0) -> frozenset[str]:

@@ -351,6 +351,30 @@ def _no_grad_region(model: FileModel, at: _Located) -> Optional[Region]:
     return None
 
 
+def _detached_twin(a: cst.BaseExpression, b: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The branch that detaches the other, when one branch of ``a if ... else
+    b`` detaches the value the other gives as it is: ``loss.item() if
+    torch.is_tensor(loss) else loss``, PODNet's ``flat_loss.item() if
+    self._cur_task != 0 else flat_loss`` (the author takes the raw branch
+    where the value is no tensor); else ``None``."""
+    for one, other in ((a, b), (b, a)):
+        if not isinstance(one, cst.Call):
+            continue
+        func = one.func
+        if isinstance(func, cst.Attribute) and func.attr.value in torch_api.DETACHING_METHODS and not one.args:
+            inner: Optional[cst.BaseExpression] = func.value
+            while isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
+                    and inner.func.attr.value in ("cpu", "detach", "float", "double", "mean", "sum"):
+                inner = inner.func.value
+        elif isinstance(func, cst.Name) and func.value in torch_api.DETACHING_BUILTINS and len(one.args) == 1:
+            inner = one.args[0].value
+        else:
+            continue
+        if inner is not None and inner.deep_equals(other):
+            return one
+    return None
+
+
 def _has_requires_grad_kw(call: cst.Call) -> bool:
     return any(a.keyword is not None and a.keyword.value == "requires_grad" and
                not (isinstance(a.value, cst.Name) and a.value.value == "False") for a in call.args)
@@ -841,6 +865,10 @@ class _Evaluator:
             return self._op(at, [self.expr(node.expression, at, depth + 1)], node)
         if kind is cst.IfExp or kind is cst.BooleanOperation:
             a_node, b_node = (node.body, node.orelse) if kind is cst.IfExp else (node.left, node.right)
+            if kind is cst.IfExp:
+                detached = _detached_twin(a_node, b_node)
+                if detached is not None:
+                    return self.expr(detached, at, depth + 1)
             return _join([self.expr(a_node, at, depth + 1), self.expr(b_node, at, depth + 1)])
         if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
             parts = [self.expr(e.value, at, depth + 1) for e in node.elements]

@@ -100,7 +100,7 @@ def _names(model: FileModel, scope: Scope, text: str) -> set[str]:
     """``text`` and the names ``scope`` binds to exactly it (``model = context.model``,
     ``model = self.train()``)."""
     return {text} | {t.text for a in model.assigns_in_scope(scope) if a.kind == "assign" and not a.unpacked
-                     and same_module(a.value) == text for t in a.targets if t.text}
+                     and same_module(a.value, model) == text for t in a.targets if t.text}
 
 
 def _forward_before(model: FileModel, loop: Loop, names: set[str], order: int) -> bool:
