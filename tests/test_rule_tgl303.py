@@ -388,3 +388,47 @@ def test_a_library_trainer_fed_a_softmax_ended_model_and_cross_entropy():
                        ("all_layers.append(nn.Softmax(dim=1))", "nn.MSELoss()"),
                        ("all_layers.insert(0, nn.Softmax(dim=1))", "nn.CrossEntropyLoss()")):  # order unknown
         assert lint_source(IGNITE.format(last=last, loss=loss), "x.py", [SoftmaxIntoCeLoss]).diagnostics == [], last
+
+
+def test_softmax_as_the_input_of_kl_div_is_flagged_as_the_target_it_is_not():
+    # datawhalechina/leedl-tutorial HW13: ``KLDivLoss`` given the student's softmax as its input
+    assert lines("""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        kl = nn.KLDivLoss(reduction="batchmean")
+        t = F.softmax(teacher(x) / 4, dim=1)
+        p = F.softmax(student(x) / 4, dim=1)
+        a = kl(p, t)
+        b = F.kl_div(torch.softmax(s, 1), t, reduction="batchmean")
+        c = F.kl_div(input=p, target=t)
+        d = kl(F.log_softmax(s / 4, dim=1), t)
+        e = F.kl_div(F.log_softmax(s, 1), p, reduction="batchmean", log_target=False)
+        f = kl(torch.log(p + 1e-8), t)
+        g = kl(torch.sigmoid(s), t)
+    """) == [8, 9, 10]
+
+
+def test_kl_div_message_names_log_probabilities():
+    src = "import torch.nn.functional as F\nloss = F.kl_div(F.softmax(s, dim=1), t)\n"
+    [d] = lint_source(src, "x.py", [SoftmaxIntoCeLoss]).diagnostics
+    assert "KLDivLoss" in d.message and "log_softmax" in (d.detail or "")
+
+
+def test_layer_attribute_named_softmax_is_judged_by_what_it_is_built_as():
+    # deeplearningzerotoall/PyTorch 6-seq2seq: ``self.softmax = nn.LogSoftmax(dim=1)`` into NLLLoss
+    src = """
+        import torch.nn as nn
+        class Decoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.out = nn.Linear(8, 8)
+                self.softmax = nn.{layer}(dim=1)
+            def forward(self, x):
+                return self.softmax(self.out(x))
+        decoder = Decoder()
+        criterion = nn.NLLLoss()
+        loss = criterion(decoder(x), y)
+    """
+    assert lines(src.format(layer="LogSoftmax")) == []
+    assert lines(src.format(layer="Softmax")) == [12]

@@ -25,7 +25,7 @@ RULES = (
     ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'scaled_dot_product_attention'),), False, False, 'functional-dropout-call'),
     ('TGL301', 'amp-clip-without-unscale', True, (('scale',), ('clip_grad',)), True, False, ''),
     ('TGL302', 'amp-scaler-bypassed', True, (('scale',), ('step',)), False, False, 'grad-scaler'),
-    ('TGL303', 'softmax-into-ce-loss', True, (('softmax', 'Softmax', 'sigmoid', 'Sigmoid', 'expit'), ('cross_entropy', 'CrossEntropyLoss', 'nll_loss', 'NLLLoss', 'with_logits', 'WithLogits', 'log(', '.log()', 'log as')), False, False, 'probabilities-into-loss'),
+    ('TGL303', 'softmax-into-ce-loss', True, (('softmax', 'Softmax', 'sigmoid', 'Sigmoid', 'expit'), ('cross_entropy', 'CrossEntropyLoss', 'nll_loss', 'NLLLoss', 'with_logits', 'WithLogits', 'log(', '.log()', 'log as', 'kl_div', 'KLDivLoss')), False, False, 'probabilities-into-loss'),
     ('TGL304', 'gradcheck-float32', True, (('gradcheck',),), False, False, ''),
     ('TGL305', 'fp16-adam-eps', True, (('half', 'float16'), ('Adam',)), False, False, ''),
 )

@@ -313,6 +313,10 @@ class ProbabilityResolver:
                 return self.module_kind(func.value, at, depth + 1)
             imported = head is not None and head.split(".")[0] in model.names.aliases
             if method in (SOFTMAX, SIGMOID) and not imported:
+                if head in ("self", "cls") or self.constructors(func, at, depth + 1):
+                    # ``self.softmax(x)``: a layer the file names so (``nn.LogSoftmax(dim=1)``), judged by
+                    # what it is built as, or a method judged by what it returns
+                    return self.module_kind(func, at, depth + 1) or self._returned_kind(node, depth)
                 return method  # x.softmax(dim=-1)
             if method in _SAME_VALUES:
                 return self.prob_kind(func.value, at, depth + 1)

@@ -191,12 +191,16 @@ PROBABILITY_FUNCTIONS = {
 }
 PROBABILITY_MODULES = {"torch.nn.Softmax": SOFTMAX, "torch.nn.modules.activation.Softmax": SOFTMAX,
                        "torch.nn.Sigmoid": SIGMOID, "torch.nn.modules.activation.Sigmoid": SIGMOID}
-CE, NLL, BCE_LOGITS = "cross_entropy", "nll_loss", "bce_with_logits"
+CE, NLL, BCE_LOGITS, KL = "cross_entropy", "nll_loss", "bce_with_logits", "kl_div"
+# Losses whose input is logits or log-probabilities (``kl_div``'s input is log-probabilities
+# whatever ``log_target`` says of its target).
 LOGIT_LOSS_FUNCTIONS = {"torch.nn.functional.cross_entropy": CE, "torch.nn.functional.nll_loss": NLL,
-                        "torch.nn.functional.binary_cross_entropy_with_logits": BCE_LOGITS}
+                        "torch.nn.functional.binary_cross_entropy_with_logits": BCE_LOGITS,
+                        "torch.nn.functional.kl_div": KL}
 LOGIT_LOSS_MODULES = {"torch.nn.CrossEntropyLoss": CE, "torch.nn.NLLLoss": NLL,
-                      "torch.nn.BCEWithLogitsLoss": BCE_LOGITS, "torch.nn.modules.loss.CrossEntropyLoss": CE,
-                      "torch.nn.modules.loss.NLLLoss": NLL, "torch.nn.modules.loss.BCEWithLogitsLoss": BCE_LOGITS}
+                      "torch.nn.BCEWithLogitsLoss": BCE_LOGITS, "torch.nn.KLDivLoss": KL,
+                      "torch.nn.modules.loss.CrossEntropyLoss": CE, "torch.nn.modules.loss.NLLLoss": NLL,
+                      "torch.nn.modules.loss.BCEWithLogitsLoss": BCE_LOGITS, "torch.nn.modules.loss.KLDivLoss": KL}
 
 # Container methods that store a value (TGL101): method -> position of the stored argument.
 STORE_METHODS = {"append": 0, "appendleft": 0, "insert": 1, "extend": 0}

@@ -13,7 +13,8 @@ ctx-tensors        TGL104       >= 1 custom-Function output stored on its ctx an
                                 was modified in place (a silently wrong gradient)
 nan-parameters     TGL305       >= 1 non-finite parameter element after an optimizer step
 probability-input  TGL303       >= 1 cross_entropy/nll_loss call whose input rows are
-                                probabilities or sigmoid outputs, or
+                                probabilities or sigmoid outputs, kl_div call whose
+                                input rows are probabilities, or
                                 binary_cross_entropy_with_logits call whose input is a
                                 sigmoid output (the loss has a floor above 0), or
                                 torch.log / Tensor.log of a softmax output (-inf where a
@@ -510,7 +511,7 @@ def produced_by(grad_fn: Any, names: "frozenset[str]", depth: int = 8) -> bool:
 
 class ProbabilityInputProbe(Probe):
     """Inspects the input of every ``cross_entropy`` / ``nll_loss`` / ``binary_cross_entropy_with_logits``
-    call (the module losses call these too) for probabilities.
+    / ``kl_div`` call (the module losses call these too) for probabilities.
 
     A call counts when the input's class rows all lie on the probability simplex (values in [0, 1],
     row sums 1 within 1e-3) for ``cross_entropy``/``nll_loss``, or lie in [0, 1] and were made by
@@ -528,13 +529,18 @@ class ProbabilityInputProbe(Probe):
     picks such as ``gather``) counts too: it is ``-inf`` wherever a probability underflowed (the figure
     counts those values), where ``log_softmax`` is exact.
 
+    ``kl_div`` counts when its input rows lie on the simplex: its input is log-probabilities, and
+    given probabilities ``sum(t * (log t - p))`` is no divergence (it goes below 0; a student trained
+    on it collapses onto the target's most likely class).
+
     Attribution: the user's line that called the loss (``criterion(probs, y)``, ``F.nll_loss(...)``).
     Figure: loss calls with probability inputs (count) in the run at N. Threshold: defect when >= 1.
     """
 
     name = "probability-input"
     unit = "calls"
-    threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities or sigmoid outputs, or "
+    threshold = (">= 1 cross_entropy/nll_loss call whose input rows are probabilities or sigmoid outputs, "
+                 "kl_div call whose input rows are probabilities (it expects log-probabilities), or "
                  "binary_cross_entropy_with_logits call whose input is a sigmoid output (a loss floor above 0), "
                  "or log of a softmax output")
 
@@ -551,7 +557,7 @@ class ProbabilityInputProbe(Probe):
     def _install(self, stack: ExitStack) -> None:
         import torch.nn.functional as F
 
-        for name in ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits"):
+        for name in ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div"):
             orig = getattr(F, name)
             setattr(F, name, self._wrap(name, orig))
             stack.callback(setattr, F, name, orig)
@@ -614,7 +620,7 @@ class ProbabilityInputProbe(Probe):
         if not bool(((rows.sum(1) - 1).abs() <= _SIMPLEX_TOL).all()):
             # not a softmax: a sigmoid's outputs lie in (0, 1) too, and cross-entropy's log_softmax
             # of them has the same floor (a one-hot row is the best they can do)
-            if grad_fn is None or not produced_by(grad_fn, _SIGMOIDS):
+            if name == "kl_div" or grad_fn is None or not produced_by(grad_fn, _SIGMOIDS):
                 return
             self.probability_calls += 1
             self.losses.add(name)
@@ -625,6 +631,9 @@ class ProbabilityInputProbe(Probe):
             return
         self.probability_calls += 1
         self.losses.add(name)
+        if name == "kl_div":  # its input is log-probabilities: given probabilities it is no divergence
+            self.attribute("TGL303", "kl_div fed probabilities as its input (it expects log-probabilities)")
+            return
         self.attribute("TGL303", f"{name} fed probabilities" +
                        (f" (loss floor {ce_floor(rows.shape[1]):.3f} nats)" if name == "cross_entropy" else ""))
         if name == "cross_entropy":

@@ -10,12 +10,12 @@ from ..analysis.model import Call, FileModel
 from ..analysis.modes import unwrap
 from ..analysis.names import dotted_name
 from ..analysis.probabilities import ProbabilityResolver
-from ..analysis.torch_api import BCE_LOGITS, CE, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES, NLL, SIGMOID, SOFTMAX
+from ..analysis.torch_api import BCE_LOGITS, CE, KL, LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES, NLL, SIGMOID, SOFTMAX
 from ..registry import Finding, Rule
 
 #: which probabilities each loss must not be fed (a sigmoid squashes every logit into (0, 1) as a
 #: softmax does: cross-entropy's log_softmax of them has the same floor)
-_WRONG_INPUT = {CE: (SOFTMAX, SIGMOID), NLL: (SOFTMAX, SIGMOID), BCE_LOGITS: (SIGMOID,)}
+_WRONG_INPUT = {CE: (SOFTMAX, SIGMOID), NLL: (SOFTMAX, SIGMOID), BCE_LOGITS: (SIGMOID,), KL: (SOFTMAX,)}
 
 
 def _loss_kind(resolver: ProbabilityResolver, call: Call) -> Optional[str]:
@@ -106,20 +106,22 @@ class SoftmaxIntoCeLoss(Rule):
     Rests on: ``torch.nn.CrossEntropyLoss`` / ``torch.nn.functional.cross_entropy`` ("The input is
     expected to contain the unnormalized logits for each class"), ``torch.nn.NLLLoss`` ("The input
     ... is expected to contain log-probabilities"), ``torch.nn.BCEWithLogitsLoss`` ("combines a Sigmoid
-    layer and the BCELoss in one single class") and ``torch.nn.functional.log_softmax`` ("While
+    layer and the BCELoss in one single class"), ``torch.nn.KLDivLoss`` ("the argument input [is]
+    expected to be in the log-space") and ``torch.nn.functional.log_softmax`` ("While
     mathematically equivalent to log(softmax(x)), doing these two operations separately is slower and
     numerically unstable").
     """
 
     code = "TGL303"
     name = "softmax-into-ce-loss"
-    summary = "softmax/sigmoid probabilities passed to CrossEntropyLoss/NLLLoss/*WithLogits, or log(softmax())"
+    summary = ("softmax/sigmoid probabilities passed to CrossEntropyLoss/NLLLoss/*WithLogits, softmax into "
+               "KLDivLoss's input, or log(softmax())")
     probe = "probability-input"
     # a probability source, and a loss that takes logits or a log (``log as`` covers ``from torch import
     # log as ln``)
     prefilter = (("softmax", "Softmax", "sigmoid", "Sigmoid", "expit"),
                  ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss", "with_logits", "WithLogits", "log(",
-                  ".log()", "log as"))
+                  ".log()", "log as", "kl_div", "KLDivLoss"))
     ast_prefilter = "probabilities-into-loss"  # a softmax/sigmoid call and a logits loss or log call
     docs = """
 ## What it does
@@ -138,6 +140,8 @@ attributes, arguments of same-file callers, `model.forward(x)`, wrappers
 saved itself (`torch.save([gen, disc], path)` ... `gen, disc =
 torch.load(path)`). It also checks the input of `nn.BCEWithLogitsLoss` /
 `F.binary_cross_entropy_with_logits` for a sigmoid output, and flags
+the input of `nn.KLDivLoss` / `F.kl_div` (log-probabilities) for a softmax
+output (a distillation loss given the student's probabilities), and flags
 `torch.log(softmax(...))` / `softmax(...).log()`, also of probabilities
 picked from a softmax output (`-torch.log(torch.gather(probs, 1, target))`
 in a loss helper, as the chatbot tutorial writes its masked NLL), and a model
@@ -145,7 +149,8 @@ ending in a softmax handed with a logits loss to a library trainer that
 computes `loss_fn(model(x), y)` itself (PyTorch Ignite's
 `create_supervised_trainer(model, optimizer, loss_fn)`).
 
-It stays silent on softmax fed to `MSELoss`, `KLDivLoss` (as the target) or
+It stays silent on softmax fed to `MSELoss`, `KLDivLoss` (as the target: the
+teacher's probabilities) or
 metrics, on softmax used for `argmax`, on `log_softmax` into CE (harmless),
 on probabilities passed as the *target* (soft labels, distillation), and on a
 model whose `forward` returns logits in training and probabilities only in
@@ -164,7 +169,12 @@ squashes every logit into (0, 1): the same floor of 1.461 nats for 10
 classes. A sigmoid into
 `BCEWithLogitsLoss` is squashed twice (gradient 4,080x smaller, floor 0.693).
 `log(softmax(x))` underflows to `-inf` for confident logits and gives NaN
-gradients; `log_softmax` is exact.
+gradients; `log_softmax` is exact. `kl_div(input, target)` computes
+`target * (log(target) - input)`: given probabilities as its input it is no
+divergence. A 10-class student distilled from soft targets for 300 Adam steps
+reports a loss of -2.41 while its true KL divergence to the teacher is 3.72
+nats (0.0000 with `log_softmax`), and it grows confident where the teacher is
+not (mean top probability 0.84 against the teacher's 0.15).
 
 ## Example
 ```python
@@ -187,6 +197,7 @@ probs = F.softmax(logits, dim=1)  # for metrics only
 - [torch.nn.CrossEntropyLoss](https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html)
 - [torch.nn.NLLLoss](https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html)
 - [torch.nn.BCEWithLogitsLoss](https://pytorch.org/docs/stable/generated/torch.nn.BCEWithLogitsLoss.html)
+- [torch.nn.KLDivLoss](https://pytorch.org/docs/stable/generated/torch.nn.KLDivLoss.html)
 - [torch.nn.functional.log_softmax](https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html)
 """
 
@@ -234,6 +245,10 @@ probs = F.softmax(logits, dim=1)  # for metrics only
                 message = (f"{shown} is a softmax output fed to cross-entropy, which applies log_softmax itself: "
                            "the loss has a floor and the gradients of confident mistakes shrink ~10,000x; pass the "
                            "logits (take the softmax only for metrics)")
+            elif loss == KL:
+                message = (f"{shown} is a softmax output fed to KLDivLoss/kl_div as its input, which expects "
+                           "log-probabilities: the loss is no KL divergence (it goes negative) and the student "
+                           "collapses onto the target's most likely class; use `log_softmax` for the input")
             elif loss == NLL:
                 message = (f"{shown} is a {kind} output fed to NLLLoss, which expects log-probabilities; use "
                            "`log_softmax` (or pass the logits to cross_entropy)")
