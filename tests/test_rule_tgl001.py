@@ -686,3 +686,37 @@ def test_the_optimizer_bound_where_it_steps_decides_what_a_module_reset_covers()
 
     assert found("m.zero_grad()") == []
     assert found("pass") == [11]
+
+
+NOAM = """
+import torch
+
+class NoamOpt:
+    def __init__(self, model_size, factor, warmup, optimizer):
+        self.optimizer = optimizer
+        self._step = 0
+
+    def step(self):
+        self._step += 1
+        self.optimizer.step()
+
+class SimpleLossCompute:
+    def __init__(self, generator, criterion, opt=None):
+        self.generator = generator
+        self.criterion = criterion
+        self.opt = opt
+
+    def __call__(self, x, y, norm):
+        loss = self.criterion(self.generator(x), y) / norm
+        loss.backward()
+        if self.opt is not None:
+            self.opt.step()
+            {reset}
+        return loss.item() * norm
+"""
+
+
+def test_a_wrapper_reset_through_the_optimizer_it_holds_is_covered():
+    # the annotated Transformer's SimpleLossCompute (xbresson/CE7454_2019): NoamOpt holds the Adam it steps
+    assert lines(NOAM.format(reset="self.opt.optimizer.zero_grad()")) == []
+    assert lines(NOAM.format(reset="self.d_optimizer.zero_grad()")) == [21]  # another optimizer

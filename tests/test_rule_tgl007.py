@@ -114,3 +114,42 @@ def test_prefilter_keeps_every_parameterised_layer(layer):
     assert ModuleBuiltInForward.may_fire(src)
     from torchgradlint.analysis.module_class_facts import _PARAMETERISED
     assert _PARAMETERISED.match(layer)
+
+
+MEMOISED = """
+import torch.nn as nn
+from functools import wraps
+
+def singleton(cache_key):
+    def inner_fn(fn):
+        @wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            instance = getattr(self, cache_key)
+            if instance is not None:
+                return instance
+            instance = fn(self, *args, **kwargs)
+            {store}
+            return instance
+        return wrapper
+    return inner_fn
+
+class NetWrapper(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.projector = None
+
+    @singleton('projector')
+    def _get_projector(self, hidden):
+        return nn.Linear(hidden.shape[1], 128)
+
+    def forward(self, x):
+        h = self.net(x)
+        return self._get_projector(h)(h)
+"""
+
+
+def test_a_layer_built_once_by_a_decorator_that_keeps_it_on_the_module_is_not_reported():
+    # lucidrains/byol-pytorch: ``@singleton('projector')`` stores the projector with setattr
+    assert lines(MEMOISED.format(store="setattr(self, cache_key, instance)")) == []
+    assert lines(MEMOISED.format(store="pass")) == [26]  # a decorator that keeps nothing

@@ -1766,3 +1766,52 @@ def test_a_factory_that_unpacks_a_call_of_itself_ends_the_search():
     """
     result = lint_source(textwrap.dedent(src), "x.py", [NoGradWithoutEval])
     assert [d.code for d in result.diagnostics] == ["TGL201"]
+
+
+GATED = """
+import torch
+import torch.nn as nn
+
+class WindowClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.dropout = nn.Dropout(0.3)
+        {extra}
+
+    def forward(self, x, is_training=False):
+        h = self.fc(x)
+        if is_training:
+            h = self.dropout(h)
+        return {ret}
+
+model = WindowClassifier()
+optimizer = torch.optim.Adam(model.parameters())
+for x, y in loader:
+    optimizer.zero_grad()
+    loss_function(model(x, is_training=True), y).backward()
+    optimizer.step()
+for x, y in test_data:
+    pred = model({args}).max(1)[1]
+"""
+
+
+@pytest.mark.parametrize("args, extra, ret, flagged", [
+    ("x", "", "h", False),  # DSKSD/DeepNLP-models-Pytorch: dropout only when asked
+    ("x, is_training=False", "", "h", False),
+    ("x, False", "", "h", False),
+    ("x, True", "", "h", True),
+    ("x, is_training=flag", "", "h", True),  # unknown value
+    ("*batch", "", "h", True),
+    ("x", "self.bn = nn.BatchNorm1d(4)", "self.bn(h)", True),  # a layer outside the gate
+    ("x", "", "self.dropout(h)", True),  # the gated layer also runs outside the gate
+])
+def test_a_forward_that_runs_dropout_only_when_asked_is_judged_by_the_call(args, extra, ret, flagged):
+    src = GATED.format(args=args, extra=extra, ret=ret)
+    assert bool(lines(src, header=False)) is flagged
+
+
+def test_a_gated_forward_under_no_grad_is_judged_by_the_call():
+    src = GATED.replace("for x, y in test_data:\n    pred = model({args}).max(1)[1]",
+                        "with torch.no_grad():\n    a = model(x)\nwith torch.no_grad():\n    b = model(x, True)")
+    assert lines(src.format(extra="", ret="h"), header=False) == [27]

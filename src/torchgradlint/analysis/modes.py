@@ -1033,6 +1033,97 @@ def _constructions_free_of(model: FileModel, call: Call, text: str, kind: str) -
         for v in ctors)
 
 
+def gated_off_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether every construction of the module ``text`` that may reach
+    ``call`` is a same-file class whose forward runs its mode-dependent
+    layers only under a parameter that ``call`` leaves off: DSKSD's
+    ``forward(self, inputs, is_training=False)`` applies ``self.dropout``
+    only ``if is_training:``, so ``model(x)`` runs no dropout whatever
+    ``model.training`` says (while ``model(x, is_training=True)`` does).
+    A parameter is off when its default is ``False``, ``None`` or ``0`` and
+    the call passes nothing for it, or one of those literals; a call with
+    ``*args``/``**kwargs`` gives no answer (``False``)."""
+    if call.func_text not in (text, f"{text}.forward"):
+        return False  # ``model.generate(...)`` takes other arguments
+    here = _built_values(model, text, model.reaching_bindings(text, call))
+    ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
+    if not ctors:
+        return False
+    for v in ctors:
+        v = unwrap(v, MODULE_RETURNING_METHODS)
+        info = model.classes.get(dotted_name(v.func) or "") if isinstance(v, cst.Call) else None
+        forward = info.methods.get("forward") if info is not None else None
+        if forward is None or not isinstance(forward.node, cst.FunctionDef):
+            return False
+        off = _gates_left_off(forward.node, call.node)
+        if not off or _class_sensitive_with_gates_off(model, info, off):
+            return False
+    return True
+
+
+def _gates_left_off(forward: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
+    """The parameters of ``forward`` with a ``False``/``None``/``0`` default
+    that ``call`` (of the module, so without ``self``) leaves at such a value."""
+    if any(a.star for a in call.args):
+        return frozenset()
+    named = [*forward.params.posonly_params, *forward.params.params][1:]
+    given = {p.name.value: a.value for p, a in zip(named, [a for a in call.args if a.keyword is None])}
+    given.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
+    return frozenset(p.name.value for p in [*named, *forward.params.kwonly_params]
+                     if _falsy_literal(p.default) and (p.name.value not in given or _falsy_literal(given[p.name.value])))
+
+
+def _falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(node, cst.Name) and node.value in ("False", "None") or is_zero_literal(node)
+
+
+def _class_sensitive_with_gates_off(model: FileModel, info: ClassInfo, off: frozenset[str]) -> bool:
+    """:func:`class_sensitive` of ``info`` with its forward's ``if gate:``
+    blocks (no ``else``, ``gate`` in ``off``) left out, and the attributes
+    only those blocks used no longer built."""
+    def compute() -> bool:
+        forward = info.methods["forward"].node
+        dropped = [s for s in walk(forward) if isinstance(s, cst.If) and s.orelse is None
+                   and isinstance(s.test, cst.Name) and s.test.value in off]
+        if not dropped:
+            return True, None
+        try:
+            node = info.node.deep_replace(forward, forward.visit(_Without({id(s) for s in dropped})))
+            unused = _attributes_read(model.module.code_for_node(info.node)) \
+                - _attributes_read(model.module.code_for_node(node))
+            node = node.visit(_Without(set(), unused)) if unused else node
+        except Exception:  # a forward made of the gated block alone: nothing to judge by
+            return True, None
+        # the rewritten class is kept with the answer: class_code memoises by node identity
+        return _class_sensitive(model, info.name, set(), replace(info, node=node)), node
+    return model.cached(("gates-off", id(info.node), off), compute)[0]
+
+
+def _attributes_read(code: str) -> set[str]:
+    """The attributes ``code`` reads through ``self`` (``self.x = ...`` alone reads none)."""
+    return set(re.findall(r"\bself\s*\.\s*(\w+)\b(?!\s*=(?!=))", code))
+
+
+class _Without(cst.CSTTransformer):
+    """Removes the statements whose ids are in ``gone`` and the one-target
+    assignments ``self.<attr> = ...`` of the attributes in ``attrs``."""
+
+    def __init__(self, gone: set[int], attrs: "set[str] | frozenset[str]" = frozenset()) -> None:
+        super().__init__()
+        self.gone, self.attrs = gone, attrs
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
+        if id(original) in self.gone:
+            return cst.RemoveFromParent()
+        if isinstance(updated, cst.SimpleStatementLine) and len(updated.body) == 1 \
+                and isinstance(updated.body[0], cst.Assign) and len(updated.body[0].targets) == 1:
+            t = updated.body[0].targets[0].target
+            if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self" \
+                    and t.attr.value in self.attrs:
+                return cst.RemoveFromParent()
+        return updated
+
+
 def _built_values(model: FileModel, text: str, bindings: list, functions: bool = False,
                   with_order: bool = False, _depth: int = 0) -> list:
     """The values (unwrapped) of ``bindings`` that build a new object for

@@ -420,8 +420,10 @@ def optimizer_owner(model: FileModel, optimizer: Optional[str], at=None) -> Opti
 
 def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str], at: Optional[Call] = None) -> bool:
     """Whether ``reset`` clears the gradients that the optimizer steps:
-    a reset of unknown reach covers any; ``opt.zero_grad()`` covers ``opt``,
-    and another optimizer the file shows shares modules with it (two
+    a reset of unknown reach covers any; ``opt.zero_grad()`` covers ``opt``
+    and the objects it holds or is held by (a learning-rate wrapper stepped as
+    ``self.opt.step()`` and reset as ``self.opt.optimizer.zero_grad()``, the
+    annotated Transformer's ``NoamOpt``), and another optimizer the file shows shares modules with it (two
     optimizers over ``self.layer.parameters()``, seen from the step ``at``);
     ``M.zero_grad()`` covers an optimizer unless the file shows that
     optimizer updates other modules."""
@@ -430,6 +432,8 @@ def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str], a
     if reset.target is not None:
         if reset.target == optimizer:
             return True
+        if optimizer and (reset.target.startswith(optimizer + ".") or optimizer.startswith(reset.target + ".")):
+            return True  # a wrapper and the optimizer it holds: ``self.opt.step()``, ``self.opt.optimizer.zero_grad()``
         if at is None:
             return False
         mine = configured_optimizer_modules(model, optimizer, at) or optimizer_modules(model, optimizer)

@@ -9,6 +9,7 @@ import libcst as cst
 
 from ..analysis.model import Call, FileModel, Scope, names_in
 from ..analysis.modes import unwrap
+from ..analysis.names import dotted_name
 from ..analysis.module_class_facts import (
     forward_methods,
     is_parameterised_layer,
@@ -45,6 +46,23 @@ def _stores_into(model: FileModel, stmt: cst.CSTNode, owner: str, scope: Scope) 
     return False
 
 
+def _memoised_on_owner(model: FileModel, method: Scope) -> bool:
+    """Whether ``method`` is decorated with a same-file decorator that keeps
+    its result on the instance with ``setattr`` (byol-pytorch's
+    ``@singleton('projector')``: the projector is built at the first call,
+    registered as a submodule, and returned from then on)."""
+    node = method.node
+    if not isinstance(node, cst.FunctionDef):
+        return False
+    for d in node.decorators:
+        name = dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+        for s in model.scopes:
+            if s.kind == "function" and s.name == name and s.parent is model.module_scope \
+                    and re.search(r"\bsetattr\s*\(", model.module.code_for_node(s.node)):
+                return True
+    return False
+
+
 class ModuleBuiltInForward(Rule):
     """A layer with parameters constructed inside ``forward``.
 
@@ -73,7 +91,8 @@ same class that `forward` calls, when it is not kept on the module
 
 It stays silent on parameter-free modules (`nn.ReLU()(x)`, `nn.Dropout`,
 pooling), on lazy initialisation (`if self.fc is None: self.fc =
-nn.Linear(...)`), on `nn.Lazy*` layers in `__init__`, and on layers built in
+nn.Linear(...)`, or a method whose decorator of the same file keeps its
+result on the module with `setattr`, as byol-pytorch's `@singleton`), on `nn.Lazy*` layers in `__init__`, and on layers built in
 `__init__` or in builder methods `forward` does not call.
 
 ## Why is this bad?
@@ -159,7 +178,8 @@ class Classifier(nn.Module):
                 if me is None:
                     continue
                 for c in model.calls_within(method.order, method.end):
-                    if not is_parameterised_layer(model, c.node) or self._kept(model, c, me):
+                    if not is_parameterised_layer(model, c.node) or self._kept(model, c, me) \
+                            or _memoised_on_owner(model, method):
                         continue
                     layer = nn_layer_name(model, c.node)
                     where = "`forward`" if method.name == "forward" else f"`{method.name}` (called from `forward`)"

@@ -12,6 +12,7 @@ from ..analysis.modes import (
     TRAINED,
     dropout_free_at,
     events,
+    gated_off_at,
     initialises_fresh_module,
     is_module_at,
     modes_at,
@@ -146,7 +147,8 @@ for epoch in range(epochs):
             if not iterates_data(model, loop) or loop_trains(model, loop) or any(
                     optimizer_step(model, c) for c in model.calls_within(loop.order, loop.end)):
                 continue
-            if not modes_at(model, call, text) & {TRAINED, HELPER_TRAIN} or not mode_sensitive_at(model, call, text):
+            if not modes_at(model, call, text) & {TRAINED, HELPER_TRAIN} or not mode_sensitive_at(model, call, text) \
+                    or gated_off_at(model, call, text):
                 continue
             if recalibrates_statistics(model, call, text) or _during_construction(model, call.scope):
                 continue
@@ -185,8 +187,8 @@ for epoch in range(epochs):
             key = (id(region) if region is not None else id(call.scope), text)
             if key in reported:
                 continue
-            if not trains_sensitive_module_at(model, call, text):
-                continue
+            if not trains_sensitive_module_at(model, call, text) or gated_off_at(model, call, text):
+                continue  # (or its forward runs dropout only when asked: ``if is_training:``)
             if recalibrates_statistics(model, call, text):
                 continue  # a hand-written update_bn pass: training mode on purpose
             if switched_to_training_for(model, call, text) and statistics_free_at(model, call, text):
