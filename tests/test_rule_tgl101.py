@@ -645,3 +645,27 @@ def test_helpers_named_after_a_numpy_conversion_hold_no_graph():
     for call in ("ptu.get_numpy(loss)", "to_np(loss)", "as_numpy(loss)"):
         assert lines(src.format(call=call)) == [], call
     assert lines(src.format(call="prepare(loss)")) == [12]
+
+
+UNROLL = """
+import torch
+
+def rnn_loop(char_rnn, batch_ix):
+    hid_state = char_rnn.initial_state(batch_ix.size(0))
+    logits_seq = []
+    for x_t in {iterable}:
+        hid_state, logits = char_rnn(x_t, hid_state)
+        logits_seq.append(logits)
+    return torch.stack(logits_seq, dim=1)
+
+logits_seq = rnn_loop(CharRNNCell(), batch_ix)
+print(logits_seq.size())
+opt = torch.optim.Adam(char_rnn.parameters())
+"""
+
+
+def test_an_rnn_unrolled_over_the_positions_of_one_batch_is_one_forward():
+    # hse-aml/intro-to-dl-pytorch week 5 (its training cell is an exercise that does not parse)
+    assert lines(UNROLL.format(iterable="batch_ix.transpose(0, 1)")) == []
+    assert lines(UNROLL.format(iterable="batch_ix.permute(1, 0)")) == []
+    assert lines(UNROLL.format(iterable="train_loader")) == [9]  # each iteration a batch: kept across the data loop

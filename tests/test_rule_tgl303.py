@@ -432,3 +432,25 @@ def test_layer_attribute_named_softmax_is_judged_by_what_it_is_built_as():
     """
     assert lines(src.format(layer="LogSoftmax")) == []
     assert lines(src.format(layer="Softmax")) == [12]
+
+
+def test_a_method_of_a_global_instance_read_inside_a_function_is_resolved():
+    # xbresson/CE7454_2019 lecture 15's actor-critic: a method reads the global net built in a later cell
+    src = """
+        import torch
+        import torch.nn as nn
+        class ActorCritic(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+            def forward_policy(self, x):
+                return torch.softmax(self.fc(x), dim=1)
+            def loss(self, s, a):
+                return -torch.log(actorcritic_net.forward_policy(s).gather(dim=1, index=a)).mean()
+        def other(s, actorcritic_net):
+            return torch.log(actorcritic_net.forward_policy(s))
+        actorcritic_net = ActorCritic()
+    """
+    assert lines(src) == [11]  # the parameter of ``other`` holds whatever its callers pass
+    assert lines(src.replace("actorcritic_net = ActorCritic()",
+                             "actorcritic_net = ActorCritic()\n        actorcritic_net = make()")) == []  # not all the class

@@ -517,6 +517,13 @@ class FileModel:
             binding = self.reaching_binding(head, call)
             values = [binding.value] if binding is not None and binding.kind in ("assign", "annassign") \
                 and not binding.unpacked else []
+            if binding is None and self._global_in(head, call.scope):
+                # a function reading a global (``actorcritic_net.forward_policy(s)`` in a method, the net
+                # built in a later notebook cell): the module's bindings, whichever ran last
+                bindings = self.bindings_of(head, self.module_scope)
+                values = [a.value for a in bindings if a.kind in ("assign", "annassign") and not a.unpacked]
+                if len(values) != len(bindings):
+                    return None
         elif head.startswith("self.") and head.count(".") == 1:
             fn = self.enclosing_function(call.scope)
             info = self.classes.get(fn.class_name or "") if fn is not None else None
@@ -528,6 +535,18 @@ class FileModel:
             return None
         found = {self._constructed_class(value) for value in values}
         return found.pop() if len(found) == 1 else None  # ``{None}``: some value builds no same-file class
+
+    def _global_in(self, name: str, scope: Scope) -> bool:
+        """Whether ``name`` read in ``scope`` (inside a function) is the module's
+        global: no function or class scope around it binds the name."""
+        s: Optional[Scope] = scope
+        if s is self.module_scope:
+            return False
+        while s is not None and s is not self.module_scope:
+            if s.kind != "class" and self.bindings_of(name, s):
+                return False
+            s = s.parent
+        return True
 
     def parameter_methods(self, call: Call) -> list[Scope]:
         """For ``obj.f(...)`` where ``obj`` is a parameter of the function the

@@ -128,12 +128,17 @@ _ITER_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "islic
                             "tuple", "cycle", "chain", "progress_bar", "track"})
 
 
+# Tensor methods that move another dimension first: a loop over the result walks the positions (time
+# steps, channels) of one tensor, not batches of a data source.
+_DIMENSION_REORDERING = frozenset({"transpose", "permute", "t", "movedim", "swapaxes", "swapdims"})
+
+
 def iterates_data(model: FileModel, loop: Loop) -> bool:
     """Whether ``loop`` walks batches of a data source (a data loader, a
     dataset, ``enumerate(train_loader)``, ``tqdm(loader)``...): each
     iteration is an independent step, so nothing one iteration computes is
     needed by the next. A loop over sequence positions or layers (an RNN
-    unrolled by hand) is not such a loop."""
+    unrolled by hand, ``for x_t in batch.transpose(0, 1)``) is not such a loop."""
     node = loop.node
     if not isinstance(node, cst.For):
         return False
@@ -147,6 +152,8 @@ def iterates_data(model: FileModel, loop: Loop) -> bool:
                 continue
             if DATA_SOURCE_NAME.search(last) or last[:1].isupper() and "Loader" in last:
                 return True
+            if isinstance(it.func, cst.Attribute) and last in _DIMENSION_REORDERING:
+                return False  # ``for x_t in batch_ix.transpose(0, 1)``: the positions of one batch
             if isinstance(it.func, cst.Attribute):
                 it = it.func.value
                 continue
