@@ -114,6 +114,14 @@ def test_a_project_class_with_dropout_still_fires(tmp_path, capsys):
     assert rc == 1 and "main.py:12:15: TGL201" in out
 
 
+@pytest.mark.parametrize("model_py, expect", [(MODE_FREE, (0, [])), (WITH_DROPOUT, (1, ["TGL201"]))])
+def test_a_class_from_a_star_import_of_the_project_is_looked_up(tmp_path, capsys, model_py, expect):
+    # jmichaux/dqn-pytorch: ``from models import *`` then ``policy_net = DQN(n_actions=4)``
+    write(tmp_path, {"model.py": model_py, "main.py": TRAIN.format(imports="from model import *", ctor="Net()")})
+    rc, out = check(capsys, "main.py")
+    assert (rc, codes(out)) == expect
+
+
 SCRIPT_MODULE = MODE_FREE.replace("import torch.nn as nn", "from torch import jit, nn").replace(
     "class Net(nn.Module)", "class Net(jit.ScriptModule)")
 

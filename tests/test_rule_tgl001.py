@@ -720,3 +720,20 @@ def test_a_wrapper_reset_through_the_optimizer_it_holds_is_covered():
     # the annotated Transformer's SimpleLossCompute (xbresson/CE7454_2019): NoamOpt holds the Adam it steps
     assert lines(NOAM.format(reset="self.opt.optimizer.zero_grad()")) == []
     assert lines(NOAM.format(reset="self.d_optimizer.zero_grad()")) == [21]  # another optimizer
+
+
+def test_the_finding_names_a_backward_that_accumulates_not_autograd_grad():
+    # jingweiz/pytorch-rl's ACER worker: ``torch.autograd.grad`` first (it fills no ``.grad``), then backward
+    src = """
+    import torch
+    from torch.autograd import grad
+
+    class Worker:
+        def _backward(self, loss, out, value_loss):
+            g = grad(outputs=loss, inputs=out, retain_graph=True)[0]
+            self.model.zero_grad()
+            value_loss.backward()
+            self._ensure_global_grads()  # hands the local gradients to the master model (another file)
+            self.master.optimizer.step()
+    """
+    assert lines(src) == [9]  # not the grad() call on line 7

@@ -208,3 +208,38 @@ def test_a_parameter_converted_after_wrapping_is_a_plain_tensor(value, fires):
     assert [d.line for d in found] == ([7] if fires else [])
     if fires:
         assert "moved to another device or dtype" in found[0].message + (found[0].detail or "")
+
+
+
+HIGHWAY = """
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Highway(nn.Module):
+    def __init__(self, size, num_layers, f):
+        super().__init__()
+        self.num_layers = num_layers
+        self.linear = [nn.Linear(size, size) for _ in range(num_layers)]
+        for i, module in enumerate(self.linear):
+            self._add_to_parameters(module.parameters(), 'linear_module_{{}}'.format(i))
+        self.gate = [nn.Linear(size, size) for _ in range(num_layers)]
+        for i, module in enumerate(self.gate):
+            {register}
+        self.f = f
+
+    def forward(self, x):
+        for layer in range(self.num_layers):
+            gate = F.sigmoid(self.gate[layer](x))
+            x = gate * self.f(x) + (1 - gate) * self.linear[layer](x)
+        return x
+
+    def _add_to_parameters(self, parameters, name):
+        for i, parameter in enumerate(parameters):
+            self.register_parameter(name='{{}}-{{}}'.format(name, i), param=parameter)
+"""
+
+
+def test_a_list_whose_elements_parameters_are_registered_by_hand_is_registered():
+    # kefirski/pytorch_RVAE's Highway: each layer's parameters go through register_parameter
+    assert lines(HIGHWAY.format(register="self._add_to_parameters(module.parameters(), 'gate_{}'.format(i))")) == []
+    assert lines(HIGHWAY.format(register="print(module)")) == [12]  # the other loop registers only ``linear``

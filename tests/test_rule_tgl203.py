@@ -158,3 +158,15 @@ def test_dropout_in_a_sampling_method_under_no_grad_is_deliberate():
                 return F.dropout(x, p=0.1)
         """
     assert [d.line for d in lint(textwrap.dedent(src))] == [19]
+
+
+@pytest.mark.parametrize("signature, flagged", [
+    ("x, drop_prob", False),  # kefirski/pytorch_RVAE: the caller passes 0. to validate and sample
+    ("x, drop_prob=0.0", False),
+    ("x, drop_prob=0.5", True),  # an evaluation call that passes nothing drops half its input
+    ("x, *, drop_prob", False),
+])
+def test_a_rate_the_caller_passes_per_call_is_not_the_modules_mode(signature, flagged):
+    src = HEADER + f"class Decoder(nn.Module):\n    def forward(self, {signature}):\n" \
+        "        return F.dropout(x, drop_prob)\n"
+    assert bool(lines(src)) is flagged

@@ -579,8 +579,16 @@ def _outside(model: FileModel, text: str) -> Optional[bool]:
     """Whether a name the file takes from elsewhere (``text``: qualified, or
     bound by a relative import) may depend on training mode, as the project
     index tells (:mod:`torchgradlint.project_index`); ``None`` when the
-    file has no index or the index cannot resolve the name."""
-    return model.project.sensitive(text) if model.project is not None else None
+    file has no index or the index cannot resolve the name. A bare name no
+    import binds is looked up in the project modules the file star-imports
+    (``from models import *`` then ``DQN(n_actions=4)``)."""
+    if model.project is None:
+        return None
+    found = model.project.sensitive(text)
+    if found is None and "." not in text and text not in model.names.aliases and model.names.star_modules:
+        answers = {model.project.sensitive(f"{m}.{text}") for m in model.names.star_modules} - {None}
+        found = (True in answers) if answers else None
+    return found
 
 
 def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[str] = frozenset(),

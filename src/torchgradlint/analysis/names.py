@@ -53,6 +53,7 @@ class ImportTable:
         self.aliases: dict[str, str] = {}
         self.imports_torch = False
         self.conventional: dict[str, str] = {}
+        self.star_modules: list[str] = []  # ``from models import *``: where an unbound name may come from
 
     def assume_conventional(self, bound: set[str]) -> bool:
         """Resolve the :data:`CONVENTIONAL` names that the file never binds
@@ -87,6 +88,7 @@ class ImportTable:
             if mod.split(".")[0] == "torch":
                 self.imports_torch = True
             if isinstance(node.names, cst.ImportStar):
+                self.star_modules.append(mod)
                 return
             for alias in node.names:
                 name = dotted_name(alias.name)

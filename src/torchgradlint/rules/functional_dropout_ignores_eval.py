@@ -20,6 +20,19 @@ def _mentions_training(node: Optional[cst.CSTNode]) -> bool:
     return any("training" in n.rsplit(".", 1)[-1] for n in names_in(node))
 
 
+def _rate_from_caller(p: Optional[cst.BaseExpression], fn: cst.CSTNode) -> bool:
+    """Whether the dropout rate ``p`` is a parameter of the method ``fn`` that every
+    call must pass (no default) or that defaults to zero: the caller picks the
+    rate per call (pytorch_RVAE's ``forward(self, ..., drop_prob)``, called with
+    ``0.`` to validate and sample), not the module's mode."""
+    if not isinstance(p, cst.Name) or not isinstance(fn, cst.FunctionDef):
+        return False
+    for param in [*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params]:
+        if param.name.value == p.value:
+            return param.default is None or is_zero_literal(param.default)
+    return False
+
+
 def _has_star(call: cst.Call) -> bool:
     return any(a.star for a in call.args)
 
@@ -69,7 +82,9 @@ Inside a method of a `torch.nn.Module` subclass, checks for:
 
 It stays silent on `training=self.training` or any other non-literal
 `training=`, on an explicit `training=True` (dropout kept at inference on
-purpose: Monte-Carlo dropout, the Tacotron 2 prenet), on `p=0`, on calls
+purpose: Monte-Carlo dropout, the Tacotron 2 prenet), on `p=0`, on a rate the
+method takes as a parameter without a default (or defaulting to 0: the caller
+picks it per call, 0 to evaluate), on calls
 gated by an `if` on `training`, on calls that pass `*args`/`**kwargs`, on
 calls that run with gradients off (a sampling method decorated with
 `@torch.no_grad()`: latent diffusion's `noise_dropout` applies dropout to the
@@ -189,7 +204,7 @@ keep dropout at inference without saying so (then write `training=True`).
                 yield Finding(c.node, msg) if "\n" in text else Finding(c.node, msg, fix=(p, new))
                 continue
             p = c.arg(1, "p")
-            if is_zero_literal(p) or (p is not None and _mentions_training(p)):
+            if is_zero_literal(p) or (p is not None and _mentions_training(p)) or _rate_from_caller(p, method.node):
                 continue
             if qn in TORCH_DROPOUTS:
                 flag = c.arg(2, "train")

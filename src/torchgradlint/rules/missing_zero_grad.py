@@ -329,7 +329,9 @@ def _step_function(model: FileModel, site):
 
 
 def _first_backward(model: FileModel, span, before: int):
+    """The first backward before ``before`` in ``span`` that adds into ``.grad``
+    (``torch.autograd.grad`` returns its gradients and accumulates nothing)."""
     for c in model.calls_within(*span):
-        if c.order < before and backward_call(model, c) is not None:
+        if c.order < before and (b := backward_call(model, c)) is not None and b.accumulates:
             return c
     return None

@@ -124,7 +124,8 @@ on lists of functions or stateless layers (`[F.relu, torch.tanh]`,
 `[nn.ReLU(), nn.Tanh()]`, or instances of a same-file module class that
 holds nothing else: Autoformer's `series_decomp` around an `nn.AvgPool1d`), on tensors without `requires_grad=True`, when
 the class registers its layers itself (`add_module`, `setattr(self, ...)`,
-`self.__setattr__(...)`),
+`self.__setattr__(...)`, or each element's parameters with `register_parameter` in a loop over
+the list, directly or through a method of the class),
 when the class overrides `parameters()` (it hands its tensors to the optimizer
 itself), and when the container is handed to another object in `__init__`.
 
@@ -283,6 +284,28 @@ a trainable tensor and `nn.ParameterList` for a list of them.
         return False
 
     @staticmethod
+    def _registered_through_loop(model: FileModel, cls: Scope, text: str) -> bool:
+        """The class registers the parameters of each element by hand: ``for i, m in
+        enumerate(self.linear): self._add_to_parameters(m.parameters(), ...)`` where the
+        call, or the same-file method it resolves to, calls ``register_parameter``
+        (pytorch_RVAE's ``Highway``)."""
+        for a in model.assigns_within(cls.order, cls.end):
+            if a.kind != "for" or a.value is None or text not in names_in(a.value):
+                continue
+            loop_vars = {t.text for t in a.targets if t.kind == "name" and t.text}
+            for c in model.calls_within(cls.order, cls.end):
+                if not any(loop.node is a.statement for loop in c.loops):
+                    continue  # only the body of this loop over the list
+                args = {n for arg in c.node.args for n in names_in(arg.value)}
+                if not any(n.split(".")[0] in loop_vars for n in args):
+                    continue
+                if c.method in _REGISTER_METHODS or any(
+                        k.method in _REGISTER_METHODS for callee in model.resolve_callee(c)
+                        for k in model.calls_within(callee.order, callee.end)):
+                    return True
+        return False
+
+    @staticmethod
     def _reads(model: FileModel, info: ClassInfo, attr: str, writes: set[int]) -> set[str]:
         """Names of the methods that read ``attr`` (assignment targets and builders excluded)."""
         out: set[str] = set()
@@ -316,7 +339,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                 if held.kind != "tensor" and self._registers_itself(model, init, me):
                     continue
                 texts = {t.text} | ({a.value.value} if isinstance(a.value, cst.Name) else set())
-                if self._handed_over(model, cls, texts):
+                if self._handed_over(model, cls, texts) or self._registered_through_loop(model, cls, t.text):
                     continue
                 writes = {id(x.node) for b in model.assigns_within(cls.order, cls.end) for x in b.targets
                           if x.text == t.text}
