@@ -276,3 +276,38 @@ def test_reset_after_the_backward_of_each_micro_step_fires():
 def test_nested_near_misses_are_silent(kw):
     head = HEAD + "other = torch.nn.Linear(4, 1)\nother_optimizer = torch.optim.SGD(other.parameters(), lr=0.1)\n"
     assert lines(nested(**kw).replace(HEAD, head, 1)) == []
+
+
+N_CRITIC = """
+import torch
+
+G_optimizer = torch.optim.Adam(G.parameters())
+D_optimizer = torch.optim.Adam(D.parameters())
+
+def train_G():
+    z = torch.randn(8, 100)
+    G_loss = -D(G(z)).mean()
+    G.zero_grad()
+    {g_backward}
+    G_optimizer.step()
+
+def train_D(x_real):
+    x_fake = G(torch.randn(8, 100)).detach()
+    D_loss = D(x_fake).mean() - D(x_real).mean()
+    D.zero_grad()
+    D_loss.backward()
+    D_optimizer.step()
+
+it_d = 0
+for x_real in data_loader:
+    train_D(x_real)
+    it_d += 1
+    if it_d % n_d == 0:
+        train_G()
+"""
+
+
+def test_a_generator_trained_by_its_own_helper_every_n_critic_steps_is_no_accumulation():
+    # LynnHo/DCGAN-LSGAN-WGAN-GP-DRAGAN-Pytorch: train_G() backpropagates its own loss before it steps
+    assert lines(N_CRITIC.format(g_backward="G_loss.backward()")) == []
+    assert lines(N_CRITIC.format(g_backward="pass")) == [23]  # a gated helper that only steps: still reported

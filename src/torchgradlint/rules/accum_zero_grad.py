@@ -225,8 +225,9 @@ for i, (x, y) in enumerate(loader):
             yield from self._micro_step_resets(model, loop, site, reported)
             gate = step_gate(loop, site)
             if gate is None or not self._backward_outside(model, loop, gate, site.via) \
-                    or self._backward_in_branch(model, loop, gate, site.via):
-                continue
+                    or self._backward_in_branch(model, loop, gate, site.via) \
+                    or (site.via is not site.step.call and runs_backward(model, site.via, accumulating_only=True)):
+                continue  # (or the gated helper backpropagates its own loss: ``train_G()`` every ``n_d`` steps)
             for fact in _wiping_resets(model, loop, site, reported):
                 opt = site.step.optimizer or "the optimizer"
                 yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-batch while "
