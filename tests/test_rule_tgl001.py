@@ -7,6 +7,8 @@ import pytest
 from torchgradlint.engine import lint_source
 from torchgradlint.rules.missing_zero_grad import MissingZeroGrad
 
+from rule_snippets import SIMPLE_LOSS_COMPUTE
+
 
 def lines(src: str) -> list[int]:
     """Lines of the TGL001 findings in ``src``."""
@@ -700,26 +702,13 @@ class NoamOpt:
         self._step += 1
         self.optimizer.step()
 
-class SimpleLossCompute:
-    def __init__(self, generator, criterion, opt=None):
-        self.generator = generator
-        self.criterion = criterion
-        self.opt = opt
-
-    def __call__(self, x, y, norm):
-        loss = self.criterion(self.generator(x), y) / norm
-        loss.backward()
-        if self.opt is not None:
-            self.opt.step()
-            {reset}
-        return loss.item() * norm
-"""
+""" + SIMPLE_LOSS_COMPUTE.replace("{returned}", "loss.item() * norm")
 
 
 def test_a_wrapper_reset_through_the_optimizer_it_holds_is_covered():
     # the annotated Transformer's SimpleLossCompute (xbresson/CE7454_2019): NoamOpt holds the Adam it steps
     assert lines(NOAM.format(reset="self.opt.optimizer.zero_grad()")) == []
-    assert lines(NOAM.format(reset="self.d_optimizer.zero_grad()")) == [21]  # another optimizer
+    assert lines(NOAM.format(reset="self.d_optimizer.zero_grad()")) == [22]  # another optimizer
 
 
 def test_the_finding_names_a_backward_that_accumulates_not_autograd_grad():

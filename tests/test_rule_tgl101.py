@@ -5,6 +5,8 @@ import textwrap
 from torchgradlint.engine import lint_source
 from torchgradlint.rules.loss_kept_with_graph import LossKeptWithGraph
 
+from rule_snippets import SIMPLE_LOSS_COMPUTE
+
 
 def diags(src: str):
     return [d for d in lint_source(textwrap.dedent(src), "x.py", [LossKeptWithGraph]).diagnostics
@@ -669,3 +671,44 @@ def test_an_rnn_unrolled_over_the_positions_of_one_batch_is_one_forward():
     assert lines(UNROLL.format(iterable="batch_ix.transpose(0, 1)")) == []
     assert lines(UNROLL.format(iterable="batch_ix.permute(1, 0)")) == []
     assert lines(UNROLL.format(iterable="train_loader")) == [9]  # each iteration a batch: kept across the data loop
+
+
+CALLABLE_LOSS = """
+import torch
+
+""" + SIMPLE_LOSS_COMPUTE.replace("{reset}", "self.opt.zero_grad()") + """
+def run_epoch(data_iter, model, loss_compute):
+    total_loss = 0
+    for i, batch in enumerate(data_iter):
+        out = model.forward(batch.src, batch.trg)
+        loss = loss_compute(out, batch.trg_y, batch.ntokens)
+        total_loss += loss
+    return total_loss
+
+loss_compute = SimpleLossCompute(model.generator, criterion, optimizer)
+run_epoch(train_iter, model, loss_compute)
+"""
+
+
+def test_a_callable_instance_handed_to_the_loop_is_judged_by_its_call_method():
+    # datawhalechina/dive-into-cv-pytorch (the annotated Transformer's run_epoch): __call__ returns a float
+    assert lines(CALLABLE_LOSS.format(returned="loss.item() * norm")) == []
+    assert lines(CALLABLE_LOSS.format(returned="loss * norm")) == [24]
+
+
+def test_a_stored_attribute_loss_backpropagated_by_accelerate_keeps_graph_nodes_only():
+    # Fafa-DL/Lhy_Machine_Learning's 2023 HW7: ``train_loss += output.loss``, then
+    # ``accelerator.backward(output.loss)`` frees the saved activations of that very loss
+    src = """
+import torch
+for data in train_loader:
+    output = model(input_ids=data[0], start_positions=data[3])
+    train_loss += output.loss
+    accelerator.backward({target})
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+    [d] = diags(src.format(target="output.loss"))
+    assert "every activation" not in d.message
+    [d] = diags(src.format(target="other.loss"))
+    assert "every activation" in d.message

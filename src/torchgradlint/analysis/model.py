@@ -457,7 +457,8 @@ class FileModel:
         ``f(...)`` resolves to top-level or sibling functions named ``f`` (a
         top-level call, to the top-level definition bound when it runs);
         ``self.f(...)``/``cls.f(...)`` to methods named ``f`` of the caller's
-        class; ``Class.f(...)`` to that class's method; ``obj.f(...)`` to the
+        class; ``obj(...)`` to ``__call__`` of the same-file class ``obj`` is an
+        instance of (bound in the scope, or passed by every same-file caller); ``Class.f(...)`` to that class's method; ``obj.f(...)`` to the
         method of the same-file class ``obj`` is an instance of
         (:meth:`_instance_class`). Unknown receivers resolve to nothing.
         """
@@ -473,6 +474,20 @@ class FileModel:
                 before = [s for s in found if s.order < call.order]
                 if before:
                     return [before[-1]]
+            if not found and self.classes:
+                # ``loss_compute(out, y, n)``: an instance of a same-file class with ``__call__``,
+                # bound here or passed by every same-file caller (the annotated Transformer's
+                # ``SimpleLossCompute`` handed to ``run_epoch``)
+                binding = self.reaching_binding(text, call)
+                if binding is not None and binding.kind == "param":
+                    cls = self._parameter_class(text, call)
+                elif text in self.cached("instance-names", self._instance_names):
+                    cls = self.memoised(FileModel._instance_class, (text, call.order),
+                                        lambda: self._instance_class(text, call))
+                else:
+                    cls = None
+                method = self._method(cls, "__call__", set()) if cls is not None else None
+                return [method] if method is not None else []
             return found
         head, _, rest = text.rpartition(".")
         if "." in rest:

@@ -1203,12 +1203,17 @@ def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: 
     if not text:
         return False
     mine = {id(b) for b in model.reaching_bindings(text, at)}
+    head = text.split(".")[0]
+    owner = {id(b) for b in model.reaching_bindings(head, at)} if "." in text else set()
     for b in _backward_calls(model, at.scope):
         retain = b.retain_graph
         if retain is not None and not (isinstance(retain, cst.Name) and retain.value == "False"):
             continue
         if _flows_into(model, text, mine, _graph_roots(b.target), b.call):
             return True
+        if owner and dotted_name(b.target) == text \
+                and {id(x) for x in model.reaching_bindings(head, b.call)} == owner:
+            return True  # ``train_loss += output.loss`` ... ``accelerator.backward(output.loss)``: the same ``output``
     return False
 
 
