@@ -1125,6 +1125,15 @@ def test_module_from_a_constructor_parameter_is_judged_by_its_annotated_class():
     assert codes(_SAC.format(layer="nn.Linear(d, d)")) == []
 
 
+def test_module_from_a_constructor_parameter_is_judged_by_the_name_the_construction_passes():
+    # navneet-nmk/pytorch-rl's EmpowermentTrainer: no annotation, ``forward_dynamics=net`` with
+    # ``net = Dynamics(...)`` bound just before the construction
+    src = _SAC.replace("def __init__(self, actor: Actor, actor_optimizer):",
+                       "def __init__(self, actor, actor_optimizer):")
+    assert codes(src.format(layer="nn.Linear(d, d)")) == []
+    assert codes(src.format(layer="nn.Dropout(0.1)")) == [("TGL201", 27)]
+
+
 def test_module_from_a_constructor_parameter_with_dropout_still_fires():
     assert codes(_SAC.format(layer="nn.Dropout(0.1)")) == [("TGL201", 27)]
 

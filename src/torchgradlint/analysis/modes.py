@@ -279,7 +279,8 @@ def parameter_class(model: FileModel, fn: Scope, param: str, attr_text: Optional
     """The same-file module class the parameter ``param`` of the function
     ``fn`` holds, or ``None``: its annotation (``model: GaussianDiffusion``);
     else the class every same-file call of ``fn`` (or of its class, for
-    ``__init__``) passes for it; else *duck typing*: the one same-file module
+    ``__init__``) passes for it, built in the argument or in the binding of
+    the name passed; else *duck typing*: the one same-file module
     class that defines every attribute the file reads on the parameter (in
     ``fn``) or on ``attr_text`` (``self.model``, in ``fn``'s class), when at
     least two of them are not ``nn.Module``'s own API. ``Trainer(diffusion_model)``
@@ -298,6 +299,10 @@ def parameter_class(model: FileModel, fn: Scope, param: str, attr_text: Optional
     passed: set[Optional[str]] = set()
     for c in sites:
         arg = unwrap(argument_for(c, fn, param))
+        if isinstance(arg, cst.Name):  # ``Trainer(forward_dynamics=net)`` with ``net = Dynamics(...)`` above
+            bound = model.reaching_binding(arg.value, c)
+            arg = unwrap(bound.value) if bound is not None and bound.kind in ("assign", "annassign") \
+                and not bound.unpacked else arg
         passed.add(arg.func.value if isinstance(arg, cst.Call) and isinstance(arg.func, cst.Name)
                    and arg.func.value in module_classes(model) else None)
     if passed:
