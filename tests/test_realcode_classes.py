@@ -1293,3 +1293,53 @@ def test_train_switch_of_a_helper_that_never_switched_to_eval_stays_unknown():
     # ``net.train()`` under no_grad with no ``net.eval()`` before it in the helper: no restore
     src = _RESTORING_HELPER.format(restore="net.train()").replace("    net.eval()\n", "")
     assert codes(src) == []
+
+
+_DGL_EVAL = """
+import dgl
+import dgl.function as fn
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from dgl.nn import {conv}
+
+class GCN(nn.Module):
+    def __init__(self, in_feats, h_feats, num_classes):
+        super().__init__()
+        self.conv1 = {conv}(in_feats, h_feats{extra})
+        self.conv2 = {conv}(h_feats, num_classes{extra})
+
+    def forward(self, g, in_feat):
+        h = F.relu(self.conv1(g, in_feat))
+        h = self.conv2(g, h)
+        g.ndata["h"] = h
+        return dgl.mean_nodes(g, "h")
+
+class DotPredictor(nn.Module):
+    def forward(self, g, h):
+        with g.local_scope():
+            g.ndata["h"] = h
+            g.apply_edges(fn.u_dot_v("h", "h", "score"))
+            return g.edata["score"][:, 0]
+
+model = GCN(5, 16, 2)
+pred = DotPredictor()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+for batched_graph, labels in train_dataloader:
+    loss = F.cross_entropy(model(batched_graph, batched_graph.ndata["attr"].float()), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+with torch.no_grad():
+    scores = pred(g, h)
+for batched_graph, labels in test_dataloader:
+    out = model(batched_graph, batched_graph.ndata["attr"].float())
+"""
+
+
+@pytest.mark.parametrize("conv, extra, expect", [
+    ("GraphConv", "", []),  # dmlc/dgl's blitz tutorials: graph convolutions and readouts, no mode
+    ("GATConv", ", 1, feat_drop=0.5", [("TGL201", 38)]),  # a layer the linter does not know
+])
+def test_dgl_graph_convolutions_readouts_and_message_functions_are_mode_free(conv, extra, expect):
+    assert codes(_DGL_EVAL.format(conv=conv, extra=extra)) == expect

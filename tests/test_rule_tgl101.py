@@ -712,3 +712,22 @@ for data in train_loader:
     assert "every activation" not in d.message
     [d] = diags(src.format(target="other.loss"))
     assert "every activation" in d.message
+
+
+def test_an_accuracy_unpacked_from_a_forward_the_file_cannot_see_is_no_evidence():
+    # dmlc/dgl's JT-VAE example: ``loss, kl_div, wacc, tacc, sacc, dacc = model(batch, beta)``
+    src = """
+import torch
+from jtnn import JTNNVAE
+model = JTNNVAE(vocab)
+optimizer = torch.optim.Adam(model.parameters())
+for batch in dataloader:
+    model.zero_grad()
+    loss, kl_div, wacc, tacc = model(batch, beta)
+    loss.backward()
+    optimizer.step()
+    word_acc += wacc
+    topo_acc += tacc
+    kl_sum += kl_div
+"""
+    assert lines(src) == [13]  # the KL term is a loss; the accuracies are counts

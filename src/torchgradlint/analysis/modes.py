@@ -96,6 +96,16 @@ _NUMERIC_MODULES = frozenset({"numpy", "scipy", "einops", "random", "math", "os"
                               "gym", "gymnasium"})
 _STD_MODULES = frozenset({"math", "typing", "dataclasses", "collections", "functools", "itertools",
                           "__future__", "enum", "abc", "numbers", "operator"})
+# Modules of functions, not layers: DGL's message-passing builtins (``fn.u_dot_v('h', 'h', 'score')``),
+# and DGL's graph readouts (``dgl.mean_nodes(g, "h")``).
+_FUNCTION_MODULES = frozenset({"dgl.function", "dgl.ops", "dgl.mean_nodes", "dgl.sum_nodes", "dgl.max_nodes",
+                               "dgl.readout_nodes", "dgl.softmax_nodes", "dgl.broadcast_nodes", "dgl.mean_edges",
+                               "dgl.sum_edges", "dgl.readout_edges"})
+
+
+def _functional(text: str) -> bool:
+    """Whether the qualified name ``text`` is (in) a module of functions (:data:`_FUNCTION_MODULES`)."""
+    return any(text == f or text.startswith(f + ".") for f in _FUNCTION_MODULES)
 
 
 @dataclass(frozen=True)
@@ -519,10 +529,12 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
             if _class_sensitive(model, word, seen):
                 return True
         target = model.names.aliases.get(word)
-        if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES):
+        if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES) \
+                and not _functional(target):
             if node is not None and _built_mode_free(model, node, word, target) or not _may_build(code, word):
                 continue
-            if any(_outside(model, t) is not False for t in _reached_through(code, word, target)):
+            if any(_outside(model, t) is not False for t in _reached_through(code, word, target)
+                   if not _functional(t) and t not in MODE_FREE_LIBRARY_CLASSES):
                 return True  # e.g. a torchvision/timm backbone
         elif target is None and project is not None and project.imports_relatively(word) \
                 and _may_build(code, word) and _outside(model, word) is not False:
@@ -553,10 +565,12 @@ def _reached_through(code: str, word: str, target: str) -> list[str]:
     else ``target`` itself."""
     found: set[str] = set()
     for m in re.finditer(rf"(?<![\w.]){re.escape(word)}\b", code):
-        attr = re.match(r"\s*\.\s*(\w+)", code[m.end():])
+        attr = re.match(r"\s*\.\s*(\w+)((?:\s*\.\s*\w+)*)", code[m.end():])
         if attr is None:
             return [target]
-        found.add(f"{target}.{attr.group(1)}")
+        chain = f"{target}.{attr.group(1)}" + re.sub(r"\s+", "", attr.group(2))
+        # ``dgl.distributed.DistEmbedding`` when a known library class, else the first attribute
+        found.add(chain if chain in MODE_FREE_LIBRARY_CLASSES else f"{target}.{attr.group(1)}")
     return sorted(found) or [target]
 
 

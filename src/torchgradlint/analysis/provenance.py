@@ -608,6 +608,11 @@ class _Evaluator:
                 returned = self.forward_element(value, b, depth, index)
                 if returned is not None and returned.detached:
                     return returned  # ``out, _, ratio = model(data)``: the forward returns a number there
+                if returned is None and is_module_call(self.m, value) \
+                        and torch_api.METRIC_VALUE_NAME.search(text.rsplit(".", 1)[-1]):
+                    # ``loss, kl, wacc = model(batch)`` of a forward the file cannot see: an accuracy
+                    # is a count of argmax comparisons, no evidence of a graph
+                    return _unknown(False)
         whole = self.expr(value, b, depth + 1)
         if whole.attached and not whole.weak:
             return whole  # outputs of a forward, a loss call or a differentiable op

@@ -79,6 +79,10 @@ LOSS_NAME = re.compile(r"^(criterion|loss_fn|loss_func|loss_function|lossfn|obje
                        r"|^\w+_(criterion|loss_fn)$")
 # Names of values that a script keeps as loss terms (``imput_mse``, ``kl``, ``nll``...).
 LOSS_VALUE_NAME = re.compile(r"(^|_)(loss|losses|mse|nll|kld|kl|bce|ce|elbo)(_|\d|$)", re.I)
+# Names that read as an evaluation metric (``acc``, ``word_acc``, ``wacc``, ``n_correct``, ``top1``):
+# counts and ratios of argmax or threshold comparisons, which hold no graph.
+METRIC_VALUE_NAME = re.compile(r"((^|_)(accs?|accuracy|correct|precision|recall|f1|auc|top[15])(_|\d|$)|acc$)",
+                               re.I)
 # Callees named like a loss function (``GaussianNegLogLik``, ``mse``, ``my_loss``).
 LOSS_CALLEE_NAME = re.compile(r"(loss|mse|nll|neglog|kld|kl_div|elbo|cross_entropy)", re.I)
 
@@ -118,6 +122,11 @@ MODE_FREE_LIBRARY_CLASSES = frozenset({
     *(f"torch_geometric.nn.{path}{name}" for path, name in (
         ("", "MetaPath2Vec"), ("models.", "MetaPath2Vec"), ("models.metapath2vec.", "MetaPath2Vec"),
         ("", "Node2Vec"), ("models.", "Node2Vec"), ("models.node2vec.", "Node2Vec"))),
+    # DGL's graph convolutions without a dropout or normalisation argument, and its sparse embeddings
+    *(f"dgl.nn.{path}{name}" for path in ("", "pytorch.", "pytorch.conv.")
+      for name in ("GraphConv", "ChebConv", "TAGConv")),
+    "dgl.distributed.DistEmbedding", "dgl.nn.NodeEmbedding", "dgl.nn.pytorch.NodeEmbedding",
+    "dgl.nn.pytorch.sparse_emb.NodeEmbedding",
     *(f"transformers.{name}" for name in (
         "BlipForConditionalGeneration", "BlipForQuestionAnswering", "BlipModel",
         "LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MistralModel",
