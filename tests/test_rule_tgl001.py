@@ -726,3 +726,19 @@ def test_the_finding_names_a_backward_that_accumulates_not_autograd_grad():
             self.master.optimizer.step()
     """
     assert lines(src) == [9]  # not the grad() call on line 7
+
+
+def test_a_module_reset_through_a_name_bound_from_the_optimizers_owner_covers_it():
+    # mit-han-lab/once-for-all: ``dynamic_net = run_manager.network``, ``run_manager.optimizer`` steps
+    src = """
+    def train_one_epoch(run_manager, args):
+        dynamic_net = {binding}
+        for i, (images, labels) in enumerate(run_manager.run_config.train_loader):
+            dynamic_net.zero_grad()
+            for _ in range(args.dynamic_batch_size):
+                loss = run_manager.train_criterion(dynamic_net(images), labels)
+                loss.backward()
+            run_manager.optimizer.step()
+    """
+    assert lines(src.format(binding="run_manager.network")) == []
+    assert lines(src.format(binding="other_manager.network")) == [9]

@@ -15,7 +15,7 @@ from typing import Optional
 import libcst as cst
 
 from ..cells import FOREIGN_FRAMEWORKS
-from .model import RECEIVER_METHODS, Assign, Call, FileModel, Loop, Scope, is_literal, names_in
+from .model import RECEIVER_METHODS, Assign, Call, FileModel, Loop, Scope, is_literal, names_in, unwrap
 from .names import dotted_name
 
 # Receivers whose ``.backward(loss)`` backpropagates its argument.
@@ -440,7 +440,21 @@ def reset_covers(model: FileModel, reset: GradReset, optimizer: Optional[str], a
         theirs = configured_optimizer_modules(model, reset.target, at) or optimizer_modules(model, reset.target)
         return bool(mine and theirs and any(covers(mine, m) for m in theirs))
     owner = optimizer_owner(model, optimizer, at)
-    return owner is None or covers(owner, reset.module)
+    return owner is None or covers(owner, reset.module) or covers(owner, _bound_attribute(model, reset))
+
+
+def _bound_attribute(model: FileModel, reset: GradReset) -> Optional[str]:
+    """The attribute a reset module's name was bound from where the reset runs
+    (``dynamic_net = run_manager.network`` ... ``dynamic_net.zero_grad()``:
+    ``run_manager.network``, a part of the object that owns the optimizer)."""
+    module = reset.module
+    if not module or "." in module or not isinstance(reset.fact, Call):
+        return None
+    b = model.reaching_binding(module, reset.fact)
+    if b is None or b.kind not in ("assign", "annassign") or b.unpacked or b.value is None:
+        return None
+    value = unwrap(b.value)
+    return dotted_name(value) if isinstance(value, cst.Attribute) else None
 
 
 # Methods that return their receiver (the same module or the same leaf
