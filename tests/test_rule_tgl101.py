@@ -731,3 +731,27 @@ for batch in dataloader:
     kl_sum += kl_div
 """
     assert lines(src) == [13]  # the KL term is a loss; the accuracies are counts
+
+
+def test_a_loss_a_helper_backpropagated_before_returning_it_keeps_graph_nodes_only():
+    # dmlc/dgl's line-graph example: ``loss = step(...)`` runs ``loss.backward()`` and returns the loss
+    src = """
+import torch
+
+def step(model, batch, optimizer):
+    loss = model(batch).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward({retain})
+    optimizer.step()
+    return loss
+
+for epoch in range(10):
+    total_loss = 0
+    for batch in train_loader:
+        loss = step(model, batch, optimizer)
+        total_loss += loss
+"""
+    [d] = diags(src.format(retain=""))
+    assert d.line == 15 and "every activation" not in d.message
+    [d] = diags(src.format(retain="retain_graph=True"))
+    assert "every activation" in d.message

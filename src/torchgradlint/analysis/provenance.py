@@ -1198,7 +1198,7 @@ def is_backward_target(model: FileModel, expr: Optional[cst.BaseExpression], at:
     return False
 
 
-def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located) -> bool:
+def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: _Located, _depth: int = 0) -> bool:
     """Whether the value the name ``expr`` holds at ``at`` is the target of
     a backward in the same scope that does not retain its graph, or part of
     one by arithmetic (``(loss / accum).backward()``): after it, nothing can
@@ -1219,7 +1219,32 @@ def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: 
         if owner and dotted_name(b.target) == text \
                 and {id(x) for x in model.reaching_bindings(head, b.call)} == owner:
             return True  # ``train_loss += output.loss`` ... ``accelerator.backward(output.loss)``: the same ``output``
-    return False
+    return _depth < 3 and _backpropagated_by_callee(model, text, at, _depth)
+
+
+def _backpropagated_by_callee(model: FileModel, text: str, at: _Located, depth: int) -> bool:
+    """Whether ``text`` holds, at ``at``, what a same-file helper returned after
+    backpropagating it (``loss = step(batch)`` with ``loss.backward()`` then
+    ``return loss`` in ``step``): its saved tensors are freed already."""
+    if "." in text:
+        return False
+    b = model.reaching_binding(text, at)
+    value = b.value if b is not None and b.kind in ("assign", "annassign") else None
+    index = target_element(b, text) if value is not None and b.unpacked else None
+    if value is not None and b.unpacked and index is None:
+        return False
+    fact = call_fact(model, value) if isinstance(value, cst.Call) else None
+    callees = model.resolve_callee(fact) if fact is not None else []
+    if len(callees) != 1 or callees[0].kind != "function":
+        return False
+    returned = []  # ``return loss`` (or element ``index`` of ``return loss, overlap, ...``)
+    for r in model.returns_of(callees[0]):
+        v = r.value
+        if index is not None:
+            v = v.elements[index].value if isinstance(v, cst.Tuple) and len(v.elements) > index else None
+        returned.append((v, r))
+    return bool(returned) and all(
+        isinstance(v, cst.Name) and freed_by_backward(model, v, r, depth + 1) for v, r in returned)
 
 
 def _flows_into(model: FileModel, text: str, mine: set[int], roots: list[cst.BaseExpression],
