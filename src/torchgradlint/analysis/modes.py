@@ -466,19 +466,21 @@ def _zero_rate_parameters(model: FileModel, call: cst.Call, info: "ClassInfo") -
     construction of the class) fills with a literal zero, by argument or by
     default (``CausalAttention(d_in, d_out, ctx_len, 0.0)``: the dropout rate)."""
     init = info.methods.get("__init__")
-    node = init.node if init is not None else None
-    if not isinstance(node, cst.FunctionDef) or any(a.star for a in call.args):
-        return frozenset()
-    named = [*node.params.posonly_params, *node.params.params]
-    positional = [a.value for a in call.args if a.keyword is None]
-    given = {p.name.value: v for p, v in zip(named[1:], positional)}  # after ``self``
+    values = _method_arguments(init.node, call) if init is not None else None
+    return frozenset(p.name.value for p, value in values or () if is_zero_literal(value))
+
+
+def _method_arguments(fn: cst.CSTNode,
+                      call: cst.Call) -> "Optional[list[tuple[cst.Param, Optional[cst.BaseExpression]]]]":
+    """Each parameter of the method ``fn`` after ``self`` with the value ``call``
+    gives it (by position or keyword), else its default (``None`` when it has
+    none); ``None`` when ``fn`` is no ``def`` or the call passes ``*args``/``**kwargs``."""
+    if not isinstance(fn, cst.FunctionDef) or any(a.star for a in call.args):
+        return None
+    named = [*fn.params.posonly_params, *fn.params.params][1:]
+    given = {p.name.value: a.value for p, a in zip(named, [a for a in call.args if a.keyword is None])}
     given.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
-    out = set()
-    for p in [*named[1:], *node.params.kwonly_params]:
-        value = given.get(p.name.value, p.default)
-        if is_zero_literal(value):
-            out.add(p.name.value)
-    return frozenset(out)
+    return [(p, given.get(p.name.value, p.default)) for p in [*named, *fn.params.kwonly_params]]
 
 
 _IDENTIFIER_CHAR = re.compile(r"[A-Za-z0-9_]")
@@ -1091,13 +1093,8 @@ def gated_off_at(model: FileModel, call: Call, text: str) -> bool:
 def _gates_left_off(forward: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
     """The parameters of ``forward`` with a ``False``/``None``/``0`` default
     that ``call`` (of the module, so without ``self``) leaves at such a value."""
-    if any(a.star for a in call.args):
-        return frozenset()
-    named = [*forward.params.posonly_params, *forward.params.params][1:]
-    given = {p.name.value: a.value for p, a in zip(named, [a for a in call.args if a.keyword is None])}
-    given.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
-    return frozenset(p.name.value for p in [*named, *forward.params.kwonly_params]
-                     if _falsy_literal(p.default) and (p.name.value not in given or _falsy_literal(given[p.name.value])))
+    return frozenset(p.name.value for p, value in _method_arguments(forward, call) or ()
+                     if _falsy_literal(p.default) and _falsy_literal(value))
 
 
 def _falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
@@ -1114,13 +1111,10 @@ def _class_sensitive_with_gates_off(model: FileModel, info: ClassInfo, off: froz
                    and isinstance(s.test, cst.Name) and s.test.value in off]
         if not dropped:
             return True, None
-        try:
-            node = info.node.deep_replace(forward, forward.visit(_Without({id(s) for s in dropped})))
-            unused = _attributes_read(model.module.code_for_node(info.node)) \
-                - _attributes_read(model.module.code_for_node(node))
-            node = node.visit(_Without(set(), unused)) if unused else node
-        except Exception:  # a forward made of the gated block alone: nothing to judge by
-            return True, None
+        node = info.node.deep_replace(forward, forward.visit(_Without({id(s) for s in dropped})))
+        unused = _attributes_read(model.module.code_for_node(info.node)) \
+            - _attributes_read(model.module.code_for_node(node))
+        node = node.visit(_Without(set(), unused)) if unused else node
         # the rewritten class is kept with the answer: class_code memoises by node identity
         return _class_sensitive(model, info.name, set(), replace(info, node=node)), node
     return model.cached(("gates-off", id(info.node), off), compute)[0]

@@ -92,8 +92,9 @@ same class that `forward` calls, when it is not kept on the module
 It stays silent on parameter-free modules (`nn.ReLU()(x)`, `nn.Dropout`,
 pooling), on lazy initialisation (`if self.fc is None: self.fc =
 nn.Linear(...)`, or a method whose decorator of the same file keeps its
-result on the module with `setattr`, as byol-pytorch's `@singleton`), on `nn.Lazy*` layers in `__init__`, and on layers built in
-`__init__` or in builder methods `forward` does not call.
+result on the module with `setattr`, as byol-pytorch's `@singleton`), on
+`nn.Lazy*` layers in `__init__`, and on layers built in `__init__` or in
+builder methods `forward` does not call.
 
 ## Why is this bad?
 A layer's constructor draws new random weights. Built inside `forward`, the
@@ -175,11 +176,10 @@ class Classifier(nn.Module):
                 continue
             for method in forward_methods(model, info):
                 me = self_name(method)
-                if me is None:
+                if me is None or _memoised_on_owner(model, method):
                     continue
                 for c in model.calls_within(method.order, method.end):
-                    if not is_parameterised_layer(model, c.node) or self._kept(model, c, me) \
-                            or _memoised_on_owner(model, method):
+                    if not is_parameterised_layer(model, c.node) or self._kept(model, c, me):
                         continue
                     layer = nn_layer_name(model, c.node)
                     where = "`forward`" if method.name == "forward" else f"`{method.name}` (called from `forward`)"
