@@ -161,7 +161,9 @@ the stepped gradients runs on every micro-step. It also checks for
 
 It stays silent when the reset sits in the step's branch (before or after the
 step), when the step's branch backpropagates before stepping (an actor updated
-every `k` critic steps: its gradients come from that branch), when the reset
+every `k` critic steps: its gradients come from that branch), or calls a helper
+that does (`if it % n_d == 0: train_G()`, a generator trained every `n_d`
+discriminator steps), when the reset
 has its own accumulation gate (`if i % k == 0:` at the
 start of a window), when the step runs on every iteration, when the step's
 guard is not an accumulation gate (a skip for non-finite values such as

@@ -60,7 +60,12 @@ helper which backpropagates and steps (`train_step(batch)`) is judged as if
 the helper's body were inline, and reported at the helper call; a helper that
 holds its own training loop is reported there, once. A reset aimed at one
 optimizer (`opt_d.zero_grad()`) does not cover a second optimizer constructed
-in the same file (`opt_g.step()` in a GAN loop). Files that import another
+in the same file (`opt_g.step()` in a GAN loop); one aimed at the optimizer a
+stepped wrapper holds covers the wrapper (`self.opt.step()` then
+`self.opt.optimizer.zero_grad()`, a learning-rate schedule such as `NoamOpt`),
+and a module reset covers the optimizer of the object the module was taken
+from (`dynamic_net = run_manager.network`, `dynamic_net.zero_grad()`,
+`run_manager.optimizer.step()`). Files that import another
 framework (MXNet, TensorFlow, JAX...) and not torch are skipped. A step
 function that a library runs once per iteration as its whole training step
 (`Engine(update_fn)`, PyTorch Ignite, which resets no gradient itself) is

@@ -63,7 +63,9 @@ It stays silent when `model.eval()` or `model.train(False)` runs before the
 call (in the function, in every same-file caller, or inside the `no_grad`
 block), when the block calls no module (EMA updates, `p.copy_(...)`), inside
 `torch.enable_grad()`, when the module is defined in the same file without
-dropout or batch-norm layers, and for deliberate batch-norm statistics passes
+dropout or batch-norm layers or its forward applies them only under a
+parameter the call leaves off (`def forward(self, x, is_training=False)`
+with `if is_training: h = self.dropout(h)`, called as `model(x)`), and for deliberate batch-norm statistics passes
 (the call's output is discarded, or bound to names never read after an
 explicit `.train()` that nothing trains after, as BigGAN's standing statistics
 are, or the function calls `reset_running_stats()`, as a hand-written
