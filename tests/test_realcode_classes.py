@@ -1343,3 +1343,304 @@ for batched_graph, labels in test_dataloader:
 ])
 def test_dgl_graph_convolutions_readouts_and_message_functions_are_mode_free(conv, extra, expect):
     assert codes(_DGL_EVAL.format(conv=conv, extra=extra)) == expect
+
+
+# -- eleventh review round (course notebooks, research scripts) ----------------------------------
+@pytest.mark.parametrize("rnn, expect", [
+    # a sampling method's progress bar is no layer (DTU's RNN language model)
+    ("nn.LSTM(5, 5, num_layers=1, batch_first=True)", []),
+    ("nn.LSTM(5, 5, num_layers=2, dropout=0.3)", [("TGL201", 23)]),
+])
+def test_utility_library_in_a_method_is_no_layer(rnn, expect):
+    assert codes(f"""
+        import torch
+        from torch import nn
+        from tqdm import tqdm
+
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = {rnn}
+                self.proj = nn.Linear(5, 7)
+            def forward(self, x):
+                return self.proj(self.rnn(x)[0])
+            def sample(self, n):
+                return [self.forward(t) for t in tqdm(range(n))]
+
+        lm = LM()
+        opt = torch.optim.AdamW(lm.parameters())
+        for x, y in loader:
+            opt.zero_grad()
+            loss_fn(lm(x), y).backward()
+            opt.step()
+        with torch.no_grad():
+            out = lm.sample(10)
+        """) == expect
+
+
+@pytest.mark.parametrize("value, expect", [
+    ("Loss.v", []),  # a hand-written autograd value: ``.v`` is no tensor attribute (DTU's Nanograd)
+    ("Loss.T", [("TGL101", 10)]),  # a tensor's transpose keeps the graph
+])
+def test_attribute_that_no_tensor_has_of_a_backpropagated_value(value, expect):
+    assert codes(f"""
+        import torch
+        train_loss = []
+        for e in range(100):
+            Loss = squared_loss(y_train, forward(x_train, NN))
+            Loss.backward()
+            update_parameters(NN)
+            zero_gradients(NN)
+            Loss_validation = squared_loss(y_validation, forward(x_validation, NN))
+            train_loss.append({value})
+        """) == expect
+
+
+_HIGHER = """
+import higher
+import torch
+import torch.nn.functional as F
+
+for i in range(iters):
+    optimizer.zero_grad()
+    with higher.innerloop_ctx(model, optimizer, copy_initial_weights=False) as (inner_model, inner_optimizer):
+        for _ in range(inner_iters):
+            loss_inner = 0
+            for x_s, y_s in support:
+                loss_inner += F.cross_entropy(inner_model(x_s), y_s)
+            inner_optimizer.step({arg})
+        loss_outer = F.cross_entropy(inner_model(x_q), y_q)
+    loss_outer.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("arg, expect", [
+    # ``higher``'s differentiable optimizer takes the loss and its gradients (thuml's MLDG)
+    ("loss_inner", []),
+    # a torch optimizer's step takes a closure; the summed losses are then never backpropagated
+    ("closure", [("TGL101", 12), ("TGL001", 13)]),
+])
+def test_differentiable_optimizer_step_takes_the_loss(arg, expect):
+    assert codes(_HIGHER.format(arg=arg)) == expect
+
+
+_RETURNS_ITS_ARGUMENT = """
+import copy
+import torch
+from torch import nn
+
+class DigitNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 10){extra}
+    def forward(self, x):
+        return self.fc(x)
+
+def train(model, epochs=300):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss_fn(model(X), y).backward()
+        opt.step()
+    return model
+
+def prune_model(base, amount):
+    m = copy.deepcopy(base)
+    prune(m, amount)
+    return m
+
+def accuracy(model):
+    with torch.no_grad():
+        return (model(X_te).argmax(1) == y_te).float().mean().item()
+
+model = train(DigitNet())
+print(accuracy(model))
+pruned = prune_model(model, 0.9)
+opt = torch.optim.Adam(pruned.parameters(), lr=1e-3)
+for _ in range(500):
+    opt.zero_grad()
+    loss_fn(pruned(X), y).backward()
+    opt.step()
+print(accuracy(pruned))
+"""
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ("", []),  # a helper hands back (a copy of) the module it was given: jeffheaton's pruning notebook
+    ("\n        self.drop = nn.Dropout(0.5)", [("TGL201", 29)]),
+])
+def test_factory_that_returns_its_argument_is_judged_by_the_argument(extra, expect):
+    assert codes(_RETURNS_ITS_ARGUMENT.format(extra=extra)) == expect
+
+
+_GLOBAL_REBOUND = """
+import torch
+from torch import nn
+from torchvision import models
+
+model = models.resnet18(weights="DEFAULT")
+train(model)
+
+model = nn.Sequential(nn.Linear(3, 32), nn.ReLU(), nn.Linear(32, 1){extra})
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for _ in range(400):
+    opt.zero_grad()
+    loss_fn(model(X), yt).backward()
+    opt.step()
+
+def accuracy(data):
+    with torch.no_grad():
+        return ((torch.sigmoid(model(data)) >= 0.5).float() == yt).float().mean().item()
+
+def perm_importance(cols):
+    return base - accuracy(shuffled(cols))
+
+base = accuracy(X)
+individual = [perm_importance([j]) for j in range(3)]
+"""
+
+
+@pytest.mark.parametrize("extra, expect", [
+    # the function reads the global ``model`` a later cell rebinds to a mode-free net before calling it
+    ("", []),
+    (", nn.Dropout(0.2)", [("TGL201", 18)]),
+])
+def test_global_module_read_in_a_function_is_what_reaches_its_callers(extra, expect):
+    assert codes(_GLOBAL_REBOUND.format(extra=extra)) == expect
+
+
+@pytest.mark.parametrize("wrap", ["torch.compile(model, backend='aot_eager')", "model"])
+def test_compiled_softmax_model_into_cross_entropy(wrap):
+    # jeffheaton's k-fold notebook compiles a model that ends in ``nn.Softmax``
+    assert codes(f"""
+        import torch
+        from torch import nn
+        model = nn.Sequential(nn.Linear(4, 25), nn.ReLU(), nn.Linear(25, 3), nn.Softmax(dim=1))
+        model = {wrap}
+        criterion = nn.CrossEntropyLoss()
+        for epoch in range(100):
+            optimizer.zero_grad()
+            output = model(x_train)
+            loss = criterion(output, y_train)
+            loss.backward()
+            optimizer.step()
+        """) == [("TGL303", 10)]
+
+
+@pytest.mark.parametrize("params, expect", [
+    # a distribution of constants holds no graph: nothing before the loop needs retaining (DTU's RealNVP)
+    ("torch.zeros(2), torch.ones(2)", [("TGL102", 10)]),
+    ("mu_net(h), torch.ones(2)", []),  # its mean computed before the loop: every iteration goes through it
+])
+def test_retained_graph_through_a_distribution_built_before_the_loop(params, expect):
+    assert codes(f"""
+        import torch
+        from torch.distributions import Normal
+        base = Normal({params})
+        losses = []
+        for epoch in range(2500):
+            z, log_det_J = model(x)
+            loss = -torch.mean(base.log_prob(z) + log_det_J)
+            optimizer.zero_grad()
+            loss.backward(retain_graph=True)
+            optimizer.step()
+            losses.append(loss.item())
+        """) == expect
+
+
+@pytest.mark.parametrize("forward, expect", [
+    # a throwaway container built in forward registers nothing (Mastering PyTorch's pix2pix blocks)
+    ("nn.Sequential(*self.layers)(x)", [("TGL006", 8)]),
+    ("self.body(x)", []),
+])
+def test_list_wrapped_in_a_sequential_per_call_is_not_registered(forward, expect):
+    init_body = "self.body = nn.Sequential(*self.layers)" if forward == "self.body(x)" else "pass"
+    assert codes(f"""
+        import torch
+        from torch import nn
+
+        class DownConvBlock(nn.Module):
+            def __init__(self, ip_sz, op_sz):
+                super().__init__()
+                self.layers = [nn.Conv2d(ip_sz, op_sz, 4, 2, 1), nn.LeakyReLU(0.2)]
+                {init_body}
+            def forward(self, x):
+                return {forward}
+        """) == expect
+
+
+@pytest.mark.parametrize("call, expect", [
+    ("nn.Dropout(0.25)(h)", [("TGL203", 12)]),  # Mastering PyTorch's music LSTM
+    ("nn.Dropout(0.0)(h)", []),
+    ("self.drop(h)", []),
+])
+def test_dropout_module_built_and_called_in_forward(call, expect):
+    assert codes(f"""
+        import torch
+        from torch import nn
+
+        class MusicLSTM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.enc = nn.Linear(4, 8)
+                self.drop = nn.Dropout(0.25)
+            def forward(self, x):
+                h = self.enc(x)
+                return {call}
+        """) == expect
+
+
+@pytest.mark.parametrize("rate, expect", [
+    ("0.3", [("TGL201", 16)]),  # a recurrent dropout of 0.3 is no zero rate (``0.`` then ``3``)
+    ("0.0", []),
+    ("0", []),
+])
+def test_nonzero_recurrent_dropout_rate_is_mode_sensitive(rate, expect):
+    assert codes(f"""
+        import torch
+        from torch import nn
+
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.LSTM(5, 5, num_layers=2, dropout={rate})
+            def forward(self, x):
+                return self.rnn(x)[0]
+
+        lm = LM()
+        for x, y in loader:
+            opt.zero_grad(); loss_fn(lm(x), y).backward(); opt.step()
+        with torch.no_grad():
+            out = lm(z)
+        """) == expect
+
+
+@pytest.mark.parametrize("call, expect", [
+    ("model(test[0])", []),  # DSKSD's CNN: the rate only builds the dropout its forward gates off
+    ("model(test[0], is_training=True)", [("TGL201", 21)]),
+])
+def test_gated_dropout_rate_parameter_is_not_a_layer(call, expect):
+    assert codes(f"""
+        import torch
+        from torch import nn
+
+        class CNNClassifier(nn.Module):
+            def __init__(self, vocab_size, output_size, dropout=0.5):
+                super().__init__()
+                self.embedding = nn.Embedding(vocab_size, 16)
+                self.dropout = nn.Dropout(dropout)
+                self.fc = nn.Linear(16, output_size)
+            def forward(self, inputs, is_training=False):
+                h = self.embedding(inputs).mean(1)
+                if is_training:
+                    h = self.dropout(h)
+                return self.fc(h)
+
+        model = CNNClassifier(100, 2)
+        for x, y in loader:
+            opt.zero_grad(); loss_fn(model(x, True), y).backward(); opt.step()
+        accuracy = 0
+        for test in test_data:
+            pred = {call}.max(1)[1]
+        """) == expect

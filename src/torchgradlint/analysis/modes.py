@@ -46,7 +46,7 @@ from .names import dotted_name
 from .reads import assigned_names, never_read
 from .steps import backward_call, optimizer_step
 from .torch_api import (CLASS_FACTORIES, FORWARD_METHODS, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER,
-                        MODULE_RETURNING_METHODS, MONAI_NORM_CONFIGURED, PEFT_WRAPPERS)
+                        MODULE_RETURNING_METHODS, MONAI_NORM_CONFIGURED, PEFT_WRAPPERS, SAME_FORWARD_WRAPPERS)
 from .tree import walk
 
 EVAL = "eval"
@@ -67,11 +67,10 @@ _MODULE_BASES = frozenset({"torch.nn.Module", "torch.jit.ScriptModule", "pytorch
                            "pytorch_lightning.core.LightningModule"})
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer"})
 _CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
-_PASS_THROUGH = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
-                           "torch.nn.parallel.DistributedDataParallel", "torch.jit.script",
-                           # torchvision's feature extractors run the given model's own submodules
-                           "torchvision.models._utils.IntermediateLayerGetter",
-                           "torchvision.models.feature_extraction.create_feature_extractor"})
+_PASS_THROUGH = SAME_FORWARD_WRAPPERS | {
+    # torchvision's feature extractors run the given model's own submodules
+    "torchvision.models._utils.IntermediateLayerGetter",
+    "torchvision.models.feature_extraction.create_feature_extractor"}
 # Names that hold a module by convention (``model``, ``net``, ``self.encoder``...).
 MODULE_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|critic|actor|policy|classifier"
@@ -85,15 +84,20 @@ _PROSE = re.compile(r'""".*?"""|\'\'\'.*?\'\'\'|#[^\n]*', re.S)
 # Type tests name a layer class without building one (``isinstance(m, nn.BatchNorm2d)`` in a
 # weight initialiser; ``isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))``).
 _TYPE_TEST = re.compile(r"\bisinstance\(\s*[\w.\[\]]+\s*,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
-# ``dropout=0`` / ``p=0.0`` keyword arguments: the layer never drops anything.
-_ZERO_DROPOUT = re.compile(r"\b(dropout|p|drop_rate|attn_drop|proj_drop|dropout_p)\s*=\s*0(\.0*)?\b")
+# ``dropout=0`` / ``p=0.0`` keyword arguments: the layer never drops anything (``dropout=0.3``
+# is no zero: the literal must end there).
+_ZERO_DROPOUT = re.compile(r"\b(dropout|p|drop_rate|attn_drop|proj_drop|dropout_p)\s*=\s*0(\.0*)?(?![\w.])")
 # Libraries of plain numerics and utilities (and RL environments: spaces and
-# env types in annotations): their names in a class body say nothing about
-# dropout or batch norm.
+# env types in annotations; progress bars, plotting, logging and data I/O: a
+# ``tqdm(range(n))`` in a sampling method): their names in a class body say
+# nothing about dropout or batch norm.
 _NUMERIC_MODULES = frozenset({"numpy", "scipy", "einops", "random", "math", "os", "sys", "time", "logging",
                               "warnings", "copy", "re", "json", "pickle", "pathlib", "inspect", "string",
                               "numbers", "contextlib", "weakref", "types", "enum", "abc", "typing_extensions",
-                              "gym", "gymnasium"})
+                              "gym", "gymnasium", "tqdm", "rich", "matplotlib", "seaborn", "pandas", "PIL",
+                              "cv2", "imageio", "h5py", "yaml", "argparse", "datetime", "pprint", "shutil",
+                              "glob", "csv", "io", "tempfile", "statistics", "wandb", "tensorboardX",
+                              "tokenizers", "IPython", "termcolor"})
 _STD_MODULES = frozenset({"math", "typing", "dataclasses", "collections", "functools", "itertools",
                           "__future__", "enum", "abc", "numbers", "operator"})
 # Modules of functions, not layers: DGL's message-passing builtins (``fn.u_dot_v('h', 'h', 'score')``),
@@ -640,9 +644,11 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
         classes = _bound_values(model, qn, seen)
         if classes is not None:
             return any(_expr_sensitive(model, node.with_changes(func=c), seen | {qn}) for c in classes)
-        built = _factory_returns_sensitive(model, qn, seen, _live_definitions(model, node))
+        built = _factory_returns_sensitive(model, qn, seen, _live_definitions(model, node), node)
         if built is not None:
             return built
+    if qn in _COPIES and len(node.args) == 1 and not node.args[0].star:
+        return _expr_sensitive(model, node.args[0].value, seen, at)  # ``copy.deepcopy(net)``: the same layers
     if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) == "self":
         fact = model.call_for(node)
         methods = model.resolve_callee(fact) if fact is not None else []
@@ -825,13 +831,16 @@ def _live_definitions(model: FileModel, node: cst.Call) -> Optional[list[Scope]]
 
 
 def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str],
-                               scopes: Optional[list] = None) -> Optional[bool]:
+                               scopes: Optional[list] = None, call: Optional[cst.Call] = None) -> Optional[bool]:
     """For a call of the file's top-level function ``name`` (``get_net(n)``
     whose body builds ``net = nn.Linear(n, 1)`` and returns it), or of the
     function ``scopes`` (a method the call resolves to: ``self.make_model()``):
     whether what it returns may depend on the mode, judged on every
-    ``return`` (a returned name by its bindings that reach the ``return``);
-    ``None`` when ``name`` is no such function or a ``return`` gives nothing."""
+    ``return`` (a returned name by its bindings that reach the ``return``;
+    with ``call``, a returned parameter, or a copy of one, by the argument
+    ``call`` gives it: ``model = train(Net())``, ``pruned =
+    prune(model)`` whose body returns ``copy.deepcopy(base)``); ``None``
+    when ``name`` is no such function or a ``return`` gives nothing."""
     if name in seen:
         return None
     if scopes is None:
@@ -845,6 +854,11 @@ def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str]
     inner = seen | {name}
     for r in returns:
         value = unwrap(r.value)
+        given = _returned_argument(model, r, call) if call is not None else None
+        if given is not None:
+            if _argument_sensitive(model, given, call, inner):
+                return True
+            continue
         if isinstance(value, cst.Name):
             found = _bindings_sensitive(model, value.value, model.reaching_bindings(value.value, r), seen=inner)
             if found is not False:
@@ -852,6 +866,59 @@ def _factory_returns_sensitive(model: FileModel, name: str, seen: frozenset[str]
         elif _expr_sensitive(model, value, inner):
             return True
     return False
+
+
+# Copies of a module: the same layers, so the same dependence on the mode.
+_COPIES = frozenset({"copy.deepcopy", "copy.copy"})
+
+
+def _returned_argument(model: FileModel, ret, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The argument of ``call`` that the ``return`` ``ret`` of the called
+    function hands back: a parameter returned as is, moved (``.to(device)``)
+    or copied (``copy.deepcopy``), directly or through up to three plain
+    assignments in the function (``m = copy.deepcopy(base)`` ... ``return
+    m``); the default when the call leaves it out; ``None`` otherwise."""
+    value, at = ret.value, ret
+    for _ in range(4):
+        value = unwrap(value)
+        if isinstance(value, cst.Call) and model.qualname(value.func) in _COPIES and len(value.args) == 1 \
+                and not value.args[0].star:
+            value = unwrap(value.args[0].value)
+        if not isinstance(value, cst.Name):
+            return None
+        bindings = model.reaching_bindings(value.value, at)
+        if len(bindings) != 1:
+            return None
+        b = bindings[0]
+        if b.kind == "param":
+            fn = model.enclosing_function(ret.scope)
+            if fn is None or not isinstance(fn.node, cst.FunctionDef) or any(a.star for a in call.args):
+                return None
+            params = [*fn.node.params.posonly_params, *fn.node.params.params]
+            if fn.class_name is not None:
+                return None  # a method: its first parameter is the receiver
+            positional = [a.value for a in call.args if a.keyword is None]
+            for i, p in enumerate(params):
+                if p.name.value == value.value:
+                    return positional[i] if i < len(positional) else next(
+                        (a.value for a in call.args if a.keyword and a.keyword.value == value.value), p.default)
+            return next((a.value for a in call.args if a.keyword and a.keyword.value == value.value), None)
+        if b.kind not in ("assign", "annassign") or b.unpacked or b.value is None:
+            return None
+        value, at = b.value, b
+    return None
+
+
+def _argument_sensitive(model: FileModel, arg: cst.BaseExpression, call: cst.Call, seen: frozenset[str]) -> bool:
+    """Whether the argument ``arg`` of ``call`` may be a module whose forward
+    depends on the mode: a name by its bindings that reach the call site,
+    anything else by what it builds."""
+    arg = unwrap(arg)
+    fact = model.call_for(call) if isinstance(arg, cst.Name) else None
+    if fact is not None:
+        found = _bindings_sensitive(model, arg.value, model.reaching_bindings(arg.value, fact), seen=seen)
+        return found is not False
+    return _expr_sensitive(model, arg, seen)
 
 
 def _bound_values(model: FileModel, name: str, seen: frozenset[str]) -> Optional[list]:
@@ -1115,6 +1182,13 @@ def _class_sensitive_with_gates_off(model: FileModel, info: ClassInfo, off: froz
         unused = _attributes_read(model.module.code_for_node(info.node)) \
             - _attributes_read(model.module.code_for_node(node))
         node = node.visit(_Without(set(), unused)) if unused else node
+        # ``__init__(self, ..., dropout=0.5)`` whose rate only built the layers left out: it goes too
+        init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+                    None)
+        if init is not None:
+            used = set(re.findall(r"\w+", model.module.code_for_node(init.body)))
+            idle = {p.name.value for p in init.params.params if p.default is not None and p.name.value not in used}
+            node = node.visit(_Without(set(), params=idle)) if idle else node
         # the rewritten class is kept with the answer: class_code memoises by node identity
         return _class_sensitive(model, info.name, set(), replace(info, node=node)), node
     return model.cached(("gates-off", id(info.node), off), compute)[0]
@@ -1127,14 +1201,18 @@ def _attributes_read(code: str) -> set[str]:
 
 class _Without(cst.CSTTransformer):
     """Removes the statements whose ids are in ``gone`` and the one-target
-    assignments ``self.<attr> = ...`` of the attributes in ``attrs``."""
+    assignments ``self.<attr> = ...`` of the attributes in ``attrs``, and
+    the parameters named in ``params``."""
 
-    def __init__(self, gone: set[int], attrs: "set[str] | frozenset[str]" = frozenset()) -> None:
+    def __init__(self, gone: set[int], attrs: "set[str] | frozenset[str]" = frozenset(),
+                 params: "set[str] | frozenset[str]" = frozenset()) -> None:
         super().__init__()
-        self.gone, self.attrs = gone, attrs
+        self.gone, self.attrs, self.params = gone, attrs, params
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         if id(original) in self.gone:
+            return cst.RemoveFromParent()
+        if isinstance(updated, cst.Param) and updated.name.value in self.params:
             return cst.RemoveFromParent()
         if isinstance(updated, cst.SimpleStatementLine) and len(updated.body) == 1 \
                 and isinstance(updated.body[0], cst.Assign) and len(updated.body[0].targets) == 1:
@@ -2007,7 +2085,37 @@ def mode_sensitive_at(model: FileModel, call: Call, text: str, depth: int = 0) -
     # notebook's later cell rebinding ``model`` does not change earlier cells);
     # without one there, every construction of the name in the file.
     here = _bindings_sensitive(model, text, model.reaching_bindings(text, call), functions=True)
+    if here is None and fn is not None and "." not in text and not model.bindings_of(text, call.scope):
+        anchors = _module_level_callers(model, fn)
+        if anchors:
+            # a global the function reads: what it holds where the script calls the function
+            # (a notebook's later cell that rebinds ``model`` before calling ``accuracy()``)
+            here = _bindings_sensitive(model, text, [b for a in anchors for b in model.reaching_bindings(text, a)],
+                                       functions=True)
     return mode_sensitive(model, text) if here is None else here
+
+
+def _module_level_callers(model: FileModel, fn: Scope, depth: int = 0) -> Optional[list[Call]]:
+    """The module-level call sites from which the function ``fn`` runs:
+    its same-file callers at module level, and those of the functions that
+    call it (up to three calls deep); ``None`` when some caller chain does
+    not end at module level (a function nobody in the file calls, a method)."""
+    callers = model.callers_of(fn)
+    if not callers or depth > 2:
+        return None
+    out: list[Call] = []
+    for c in callers:
+        outer = model.enclosing_function(c.scope)
+        if outer is None:
+            out.append(c)
+            continue
+        if outer.class_name is not None:
+            return None
+        found = _module_level_callers(model, outer, depth + 1)
+        if found is None:
+            return None
+        out += found
+    return out
 
 
 def trains_sensitive_module_at(model: FileModel, call: Call, text: str) -> bool:

@@ -24,7 +24,7 @@ from .model import FileModel, Scope, _Located, argument_for, target_element
 from .modes import list_items, module_classes, saved_objects, unwrap
 from .names import dotted_name
 from .provenance import call_fact
-from .torch_api import PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SIGMOID, SOFTMAX
+from .torch_api import PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SAME_FORWARD_WRAPPERS, SIGMOID, SOFTMAX
 from .tree import walk
 
 _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
@@ -36,9 +36,6 @@ _SAME_VALUES = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloa
 #: calls whose first result holds values picked from their input (``values, indices = p.topk(k)``)
 _VALUE_PICKS = frozenset({"torch.topk", "torch.sort", "torch.max", "torch.min", "torch.kthvalue", "torch.median"})
 _VALUE_PICK_METHODS = frozenset({"topk", "sort", "max", "min", "kthvalue", "median"})
-#: module wrappers whose forward is the wrapped module's
-_WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
-                       "torch.nn.parallel.DistributedDataParallel"})
 _MAX_DEPTH = 12
 _MAX_ELEMENTS = 8  # tuple elements of a forward's result a summary describes
 #: functions that pick elements of a tensor (probabilities stay probabilities)
@@ -189,7 +186,7 @@ class ProbabilityResolver:
     def _ctor_kind(self, call: cst.Call, at: _Located, depth: int, index: Optional[int] = None) -> Optional[str]:
         qn = self.model.qualname(call.func) or ""
         positional = [a.value for a in call.args if a.keyword is None and not a.star]
-        if qn in _WRAPPERS:  # nn.DataParallel(Net()): the forward is Net's
+        if qn in SAME_FORWARD_WRAPPERS:  # nn.DataParallel(Net()), torch.compile(net): the forward is Net's
             return self.module_kind(positional[0], at, depth + 1, index) if positional else None
         if "." not in qn and qn in module_classes(self.model):
             return self.forward_kind(qn, index)

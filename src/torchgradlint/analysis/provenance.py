@@ -43,7 +43,7 @@ from .model import (Assign, Call, FileModel, GradMode, Region, Scope, _Located, 
                     target_element)
 from .tree import iter_children, node_types, walk
 from .names import dotted_name
-from .steps import backward_call
+from .steps import backward_call, differentiable_step
 from .tensor_methods import TENSOR_ATTRIBUTES
 
 
@@ -858,6 +858,8 @@ class _Evaluator:
                 return _CONST  # ``np.nan``, ``math.pi``: a constant of an imported module
             if text and text.split(".")[0] in ("self", "cls"):
                 return _UNKNOWN
+            if attr not in TENSOR_ATTRIBUTES and _hand_written_value(self.m, node.value, at):
+                return _unknown(False)  # ``Loss.v``: no ``torch.Tensor`` has that attribute
             base = self.expr(node.value, at, depth + 1)
             if base.attached and not base.weak:
                 return base  # ``outputs.loss``, ``out.logits``, ``x.T``
@@ -1013,6 +1015,10 @@ class _Evaluator:
         last = qn.rsplit(".", 1)[-1]
         functional = qn.startswith("torch.nn.functional.")
         parts = [self.expr(v, at, depth + 1) for v in _arg_values(node)]
+        if qn.startswith("torch.distributions.") and parts \
+                and (all(p.detached for p in parts) or any(p.attached for p in parts)):
+            # ``Normal(mu, sigma)``: a distribution holds its parameters' graph and none of its own
+            return self._op(at, parts, node)
         if qn in torch_api.CHECKPOINT and self.mode(at) is GradMode.ENABLED:
             # ``checkpoint(fn, *args)`` runs ``fn``'s forward: its output holds a graph built here
             return Provenance(State.ATTACHED, sources=_grown(node, parts), inference=any(p.inference for p in parts))
@@ -1027,6 +1033,17 @@ class _Evaluator:
 
 
 _DISPLAYS = (cst.Tuple, cst.List, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp)
+
+
+def _hand_written_value(model: FileModel, value: cst.BaseExpression, at: _Located) -> bool:
+    """Whether ``value`` (the object of an attribute read ``value.attr``, where
+    ``attr`` is no ``torch.Tensor`` attribute) is the very value a backward of
+    its scope backpropagates: a tensor has no such attribute, so the object is
+    some other autograd-like value (a course's hand-written ``Var`` whose
+    ``.v`` is a float), and what the attribute holds says nothing about a
+    torch graph."""
+    text = dotted_name(value)
+    return bool(text) and text in backward_target_names(model, at.scope) and is_backward_target(model, value, at)
 
 
 def _foreign_method(model: FileModel, func: cst.Attribute) -> bool:
@@ -1160,9 +1177,11 @@ def built_under_enable_grad(model: FileModel, target: Optional[cst.BaseExpressio
 
 # -- backward targets ------------------------------------------------------------------
 def _backward_calls(model: FileModel, scope: Scope):
+    """The backwards of ``scope`` that consume their target's graph: backward
+    calls and differentiable optimizer steps (``diffopt.step(loss)``)."""
     out = []
     for c in model.calls_in_scope(scope):
-        b = backward_call(model, c)
+        b = backward_call(model, c) or differentiable_step(model, c)
         if b is not None:
             out.append(b)
     return out

@@ -88,6 +88,22 @@ def backward_call(model: FileModel, call: Call) -> Optional[Backward]:
     return Backward(call, call.receiver, accumulates=True)
 
 
+def differentiable_step(model: FileModel, call: Call) -> Optional[Backward]:
+    """``diffopt.step(loss)`` of an object named like an optimizer, given a
+    computed value rather than a closure: a differentiable optimizer (the
+    ``higher`` library's ``innerloop_ctx``, a wrapper that runs the backward
+    itself) that takes the gradients of ``loss`` and hands them to the
+    update instead of adding them into ``.grad`` (torch's own ``step`` takes
+    a closure, not a tensor). Not a :func:`backward_call`: it consumes
+    ``loss``'s graph (what TGL101 asks) but leaves ``.grad`` alone."""
+    if call.method != "step" or call.receiver is None:
+        return None
+    loss = call.arg(0, "loss")
+    if loss is None or not is_optimizer(model, call.receiver_text) or _may_be_callable(model, loss, call):
+        return None
+    return Backward(call, loss, accumulates=False)
+
+
 def _hand_written_backward(model: FileModel, call: Call) -> bool:
     """``model.backward(x, yhat, y)``: the backward pass of a from-scratch
     model (a course's hand-written gradients), not ``Tensor.backward``. A
@@ -227,6 +243,8 @@ def _may_be_callable(model: FileModel, node: cst.BaseExpression, at: Call) -> bo
     text = dotted_name(node)
     if text is None or model.functions.get(text):
         return True
+    if any(b.kind == "augassign" for b in model.reaching_bindings(text, at)):
+        return False  # ``loss += ...`` in a loop before the call: a sum of values, not a function
     binding = model.reaching_binding(text, at)
     return binding is None or binding.kind not in ("assign", "annassign") or isinstance(
         binding.value, (cst.Lambda, cst.Name, cst.Attribute)) or partial_call(binding.value)

@@ -179,6 +179,11 @@ DETACHING_CALLEE_NAME = re.compile(r"(^|[._])(torch_item|to_item|item|to_numpy|g
                                    r"tensor_to_numpy|tensor2numpy|tensor2np|"
                                    r"to_float|tensor2float|to_scalar|to_python)$")
 
+# Wrappers whose forward is the wrapped module's own (``torch.compile(model)``,
+# ``nn.DataParallel(Net())``): same layers, same mode, same output.
+SAME_FORWARD_WRAPPERS = frozenset({"torch.compile", "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                                   "torch.nn.parallel.DistributedDataParallel", "torch.jit.script"})
+
 # Activation checkpointing: runs the given function's forward and returns its output.
 CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
 
@@ -191,6 +196,10 @@ FUNCTIONAL_DROPOUTS = frozenset(f"torch.nn.functional.{n}" for n in (
 TORCH_DROPOUTS = frozenset(f"torch.{n}" for n in (
     "dropout", "alpha_dropout", "feature_dropout", "feature_alpha_dropout"))
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
+# ``torch.nn`` dropout modules, ``(p=0.5, inplace=False)``: one built and called at once inside a method
+# (``nn.Dropout(0.25)(x)``) is a new module in training mode on every call (TGL203).
+DROPOUT_MODULES = frozenset(f"torch.nn.{n}" for n in (
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"))
 
 # Probabilities and the losses that must not be fed them (TGL303): qualified name -> kind.
 SOFTMAX, SIGMOID = "softmax", "sigmoid"
