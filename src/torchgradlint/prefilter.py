@@ -58,8 +58,8 @@ import unicodedata
 import warnings
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
-from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, FUNCTIONAL_DROPOUTS, LOGIT_LOSS_FUNCTIONS,
-                                 LOGIT_LOSS_MODULES, MODULE_RETURNING_METHODS,
+from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, DROPOUT_MODULES, FUNCTIONAL_DROPOUTS,
+                                 LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES, MODULE_RETURNING_METHODS,
                                  PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA,
                                  STORE_METHODS, TORCH_DROPOUTS, last_names)
 
@@ -641,13 +641,17 @@ def _may_iterate_data(loop: "ast.For | ast.AsyncFor") -> bool:
 
 # ``torch.nn.functional`` / ``torch`` dropouts and SDPA (TGL203's calls, by last name).
 _DROPOUT_CALLS = last_names(FUNCTIONAL_DROPOUTS | TORCH_DROPOUTS | {SDPA})
+# ``torch.nn`` dropout modules (TGL203 reports one built and called at once: ``nn.Dropout(0.25)(x)``).
+_DROPOUT_MODULE_NAMES = last_names(DROPOUT_MODULES)
 
 
 def may_call_functional_dropout(facts: FileFacts) -> bool:
     """TGL203's premise: the file calls a functional dropout, or
     ``scaled_dot_product_attention`` with a dropout probability, through a
     name that can resolve to torch; ``nn.Dropout(...)``, a ``dropout=0.1``
-    argument and a dropout module's call (``self.dropout(x)``) are not one.
+    argument and a dropout module's call (``self.dropout(x)``) are not one,
+    but a dropout module built and called at once (``nn.Dropout(0.25)(x)``,
+    with a rate that is not a literal 0) is.
 
     The rule checks calls whose qualified name
     (``analysis.names.ImportTable.qualify``: the callee's first name through
@@ -661,8 +665,8 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
     tree = facts.tree
     if tree is None:
         return True
-    if facts.called.isdisjoint(_DROPOUT_CALLS):  # the called names include the aliases' last names
-        return False
+    if facts.called.isdisjoint(_DROPOUT_CALLS) and facts.called.isdisjoint(_DROPOUT_MODULE_NAMES):
+        return False  # (the called names include the aliases' last names)
     heads: set[str] = {"torch", *CONVENTIONAL, *facts.assigned}
     calls: list[ast.Call] = []
     for node in ast.walk(tree):
@@ -671,6 +675,8 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             heads.update(a.asname or a.name.split(".")[0] for a in node.names)
     for node in calls:
+        if isinstance(node.func, ast.Call) and _dropout_module_called_at_once(node.func, heads, facts):
+            return True
         chain = _dotted_names(node.func)
         if not chain or chain[0] not in heads or any(isinstance(a, ast.Starred) for a in node.args) \
                 or any(k.arg is None for k in node.keywords):
@@ -679,6 +685,20 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
                for last in facts.callee_last_names(node) & _DROPOUT_CALLS):
             return True
     return False
+
+
+def _dropout_module_called_at_once(inner: ast.Call, heads: set[str], facts: FileFacts) -> bool:
+    """Whether ``inner(...)(x)`` builds a torch dropout module and calls it at
+    once (``nn.Dropout(0.25)(x)``): the callee resolves as in
+    :func:`may_call_functional_dropout`, the rate is no literal 0 and reads
+    no ``training``."""
+    chain = _dotted_names(inner.func)
+    if not chain or chain[0] not in heads or facts.callee_last_names(inner).isdisjoint(_DROPOUT_MODULE_NAMES):
+        return False
+    p = _argument(inner, 0, "p")
+    if isinstance(p, ast.Constant) and p.value == 0 or p is not None and _mentions_training(p):
+        return False
+    return True
 
 
 def _argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.expr]:

@@ -22,7 +22,7 @@ RULES = (
     ('TGL104', 'ctx-tensor-attribute', True, (('Function',), ('ctx', 'backward')), False, False, ''),
     ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward', '.train('),), False, False, 'evaluates-trained-module'),
     ('TGL202', 'train-not-restored', True, (('eval', 'train('), ('backward', 'step')), False, False, 'switches-to-eval'),
-    ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'scaled_dot_product_attention'),), False, False, 'functional-dropout-call'),
+    ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'Dropout', 'scaled_dot_product_attention'),), False, False, 'functional-dropout-call'),
     ('TGL301', 'amp-clip-without-unscale', True, (('scale',), ('clip_grad',)), True, False, ''),
     ('TGL302', 'amp-scaler-bypassed', True, (('scale',), ('step',)), False, False, 'grad-scaler'),
     ('TGL303', 'softmax-into-ce-loss', True, (('softmax', 'Softmax', 'sigmoid', 'Sigmoid', 'expit'), ('cross_entropy', 'CrossEntropyLoss', 'nll_loss', 'NLLLoss', 'with_logits', 'WithLogits', 'log(', '.log()', 'log as', 'kl_div', 'KLDivLoss')), False, False, 'probabilities-into-loss'),

@@ -223,6 +223,13 @@ def unwrap(node: Optional[cst.BaseExpression],
     return node
 
 
+def called_at_once(call: "Call") -> bool:
+    """Whether what ``call`` returns is called right away, in the same
+    expression (``nn.Sequential(*self.layers)(x)``, ``nn.Dropout(0.25)(h)``):
+    a new object per evaluation, never stored."""
+    return any(isinstance(n, cst.Call) and n.func is call.node for n in walk(call.statement))
+
+
 class FileModel:
     """All facts of one file, in source order, with the queries rules use.
 

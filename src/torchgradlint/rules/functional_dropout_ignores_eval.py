@@ -6,9 +6,9 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, GradMode, is_zero_literal, names_in
+from ..analysis.model import Call, FileModel, GradMode, called_at_once, is_zero_literal, names_in
 from ..analysis.module_class_facts import enclosing_method, is_torch_module_class, nodes_under_if, self_name
-from ..analysis.torch_api import FUNCTIONAL_DROPOUTS, SDPA, TORCH_DROPOUTS
+from ..analysis.torch_api import DROPOUT_MODULES, FUNCTIONAL_DROPOUTS, SDPA, TORCH_DROPOUTS
 from ..registry import Finding, Rule
 
 _SDPA_DROPOUT_POS = 4  # (query, key, value, attn_mask, dropout_p, ...)
@@ -65,7 +65,7 @@ class FunctionalDropoutIgnoresEval(Rule):
     probe = "eval-spread"
     fix_availability = "sometimes"  # not on calls that span several lines
     summary = "`F.dropout` / SDPA `dropout_p` in a module method not tied to `self.training`"
-    prefilter = (("dropout", "scaled_dot_product_attention"),)
+    prefilter = (("dropout", "Dropout", "scaled_dot_product_attention"),)
     ast_prefilter = "functional-dropout-call"  # a call of a functional dropout or SDPA
     docs = """
 ## What it does
@@ -78,7 +78,10 @@ Inside a method of a `torch.nn.Module` subclass, checks for:
   a literal `True`;
 - `F.scaled_dot_product_attention(..., dropout_p=E)` where `E` is not a
   literal 0 and does not depend on `training` (directly, or through the local
-  variable it is read from), outside an `if self.training:` branch.
+  variable it is read from), outside an `if self.training:` branch;
+- `nn.Dropout(p)(x)` (and the other `torch.nn` dropout modules) built and
+  called at once inside the method: a new module, in training mode, on every
+  call, which `.eval()` never reaches.
 
 It stays silent on `training=self.training` or any other non-literal
 `training=`, on an explicit `training=True` (dropout kept at inference on
@@ -172,7 +175,8 @@ keep dropout at inference without saying so (then write `training=True`).
     def check(self, model: FileModel) -> Iterator[Finding]:
         for c in model.calls:
             qn = c.qualname or ""
-            if qn not in FUNCTIONAL_DROPOUTS and qn not in TORCH_DROPOUTS and qn != SDPA:
+            if qn not in FUNCTIONAL_DROPOUTS and qn not in TORCH_DROPOUTS and qn != SDPA \
+                    and not (qn in DROPOUT_MODULES and called_at_once(c)):
                 continue
             if _has_star(c.node):
                 continue
@@ -202,6 +206,16 @@ keep dropout at inference without saying so (then write `training=True`).
                        f"in eval mode too: SDPA does not know the module's mode; pass "
                        f"`dropout_p=... if {me}.training else 0.0`")
                 yield Finding(c.node, msg) if "\n" in text else Finding(c.node, msg, fix=(p, new))
+                continue
+            if qn in DROPOUT_MODULES:
+                p = c.arg(0, "p")
+                if is_zero_literal(p) or (p is not None and _mentions_training(p)) \
+                        or _rate_from_caller(p, method.node):
+                    continue
+                yield Finding(c.node, (
+                    f"`{shown}(...)` builds a new dropout module, in training mode, on every call of the method, "
+                    f"so it keeps dropping activations after `{me}.eval()`; build it once in `__init__` "
+                    f"(`{me}.dropout = {shown}(...)`) or call `F.dropout(..., training={me}.training)`"))
                 continue
             p = c.arg(1, "p")
             if is_zero_literal(p) or (p is not None and _mentions_training(p)) or _rate_from_caller(p, method.node):

@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Assign, ClassInfo, FileModel, Scope, _Located, names_in, unwrap
+from ..analysis.model import Assign, ClassInfo, FileModel, Scope, _Located, called_at_once, names_in, unwrap
 from ..analysis.modes import LIST_ADDS
 from ..analysis.module_class_facts import (
     is_requires_grad_tensor,
@@ -119,7 +119,9 @@ another method) or never read at all (an in-place initialisation in
 read; every definition of a class a notebook defines twice is checked), and no `nn.ModuleList`, `ModuleDict`,
 `Sequential`, `ParameterList`, `Parameter`, `register_buffer` or
 `register_parameter` wraps it anywhere in the class. It stays silent on MLX,
-Flax and Haiku modules (their `nn` registers lists), on `nn.Sequential(*self.layers)`,
+Flax and Haiku modules (their `nn` registers lists), on `nn.Sequential(*self.layers)`
+stored in the class (one built and called at once in `forward`,
+`nn.Sequential(*self.layers)(x)`, registers nothing and does not count),
 on lists of functions or stateless layers (`[F.relu, torch.tanh]`,
 `[nn.ReLU(), nn.Tanh()]`, or instances of a same-file module class that
 holds nothing else: Autoformer's `series_decomp` around an `nn.AvgPool1d`), on tensors without `requires_grad=True`, when
@@ -274,6 +276,8 @@ a trainable tensor and `nn.ParameterList` for a list of them.
             if not args & texts:
                 continue
             qn = c.qualname or ""
+            if qn in _WRAPPERS and called_at_once(c):
+                continue  # ``nn.Sequential(*self.layers)(x)`` in forward: a throwaway container registers nothing
             if qn in _WRAPPERS or c.method in _REGISTER_METHODS or qn.startswith("torch.optim."):
                 return True  # registered, or handed to an optimizer of its own
             if qn in _READERS or qn.startswith("torch.") or c.method in LIST_ADDS:
