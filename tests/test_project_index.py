@@ -427,10 +427,11 @@ def _agrees(source):
     assert out is not None and full is not None
     assert set(out["symbols"]) == set(full["symbols"])
     assert out["imports"] == full["imports"]
-    for name, (_, _, effect, outputs, kinds) in out["symbols"].items():
+    for name, (_, _, effect, outputs, kinds, meter) in out["symbols"].items():
         assert effect in (project_index.UNDECIDED, full["symbols"][name][2]), name
         assert outputs in (project_index.UNDECIDED, full["symbols"][name][3]), name
         assert kinds is None  # the verdicts (and their layer kinds) come from the full summary only
+        assert meter == full["symbols"][name][5], name  # decided by the outline's own ``ast`` test
     return out
 
 
@@ -701,3 +702,48 @@ def test_a_project_generator_with_batch_norm_only_is_sampled_on_noise_in_its_tra
     assert (rc, codes(out)) == expect
     rc, out = check(capsys, "--no-project-index", "train.py")
     assert (rc, codes(out)) == (1, ["TGL201"])  # without the index the generator is not visible
+
+
+# Two classes of a project's ``meter.py``: one keeps only the latest value, one adds every value
+# into a running sum (thuml's Transfer-Learning-Library has both, ``Meter`` and ``AverageMeter``).
+METERS = """\
+class Meter(object):
+    def __init__(self, name):
+        self.name = name
+        self.val = 0
+
+    def update(self, val):
+        self.val = val
+
+
+class LossTracker:
+    def __init__(self):
+        self.total, self.n = 0, 0
+
+    def update(self, value, n=1):
+        self.total += value * n
+        self.n += n
+"""
+
+TRAIN_WITH_METER = """\
+import torch
+from meter import {name}
+
+
+def train(model, loader, optimizer, criterion):
+    meter = {name}()
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        meter.update(loss)
+"""
+
+
+@pytest.mark.parametrize("name, expect", [("LossTracker", (1, ["TGL101"])), ("Meter", (0, []))])
+def test_a_project_meter_class_is_judged_by_its_update(tmp_path, capsys, name, expect):
+    write(tmp_path, {"meter.py": METERS, "main.py": TRAIN_WITH_METER.format(name=name)})
+    rc = main(["check", "--no-cache", "--select", "TGL101", "main.py"])
+    out, _ = capsys.readouterr()
+    assert (rc, codes(out)) == expect

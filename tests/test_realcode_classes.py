@@ -1644,3 +1644,48 @@ def test_gated_dropout_rate_parameter_is_not_a_layer(call, expect):
         for test in test_data:
             pred = {call}.max(1)[1]
         """) == expect
+
+
+_METER = """
+import torch
+{imports}
+
+def train(model, loader, optimizer, criterion, epoch):
+    losses = AverageMeter('Loss', ':.4e')
+    for i, (images, target) in enumerate(loader):
+        loss = criterion(model(images), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.update({value}, images.size(0))
+    return losses.avg
+"""
+
+_SAME_FILE_METER = """
+class AverageMeter:
+    def __init__(self, name, fmt=':f'):
+        self.name, self.fmt = name, fmt
+        self.sum, self.count = 0, 0
+
+    def update(self, val, n=1):
+        self.val = val
+        self.sum += {added} * n
+        self.count += n
+"""
+
+
+@pytest.mark.parametrize("imports, value, expect", [
+    # a loss tensor into the idiom's running sum keeps every step's graph (thuml's keypoint examples)
+    ("from timm.utils import AverageMeter", "loss", [("TGL101", 12)]),
+    ("from timm.utils import AverageMeter", "loss.item()", []),
+    (_SAME_FILE_METER.format(added="val"), "loss", [("TGL101", 22)]),
+    (_SAME_FILE_METER.format(added="float(val)"), "loss", []),  # the meter converts what it is given
+])
+def test_loss_tensor_into_a_running_average_meter(imports, value, expect):
+    assert codes(_METER.format(imports=imports, value=value)) == expect
+
+
+def test_meter_from_elsewhere_not_named_like_the_idiom_is_silent():
+    # tllib's ``Meter`` keeps only the latest value; outside the project its body cannot be read
+    src = _METER.format(imports="from utils import Meter", value="loss").replace("AverageMeter(", "Meter(")
+    assert codes(src) == []

@@ -58,6 +58,7 @@ import unicodedata
 import warnings
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
+from .analysis.meters import METER_UPDATE
 from .analysis.torch_api import (CONVENTIONAL, DATA_SOURCE_NAME, DROPOUT_MODULES, FUNCTIONAL_DROPOUTS,
                                  LOGIT_LOSS_FUNCTIONS, LOGIT_LOSS_MODULES, MODULE_RETURNING_METHODS,
                                  PROBABILITY_FUNCTIONS, PROBABILITY_MODULES, SCALER_NAME, SDPA,
@@ -852,7 +853,7 @@ def may_switch_grad_mode_by_statement(facts: FileFacts) -> bool:
 
 # What ``loss_kept_with_graph._stores`` reads as a store: these calls, ``+=``,
 # ``x = x + v``, ``x = torch.cat([x, v])`` and ``x[k] = v``.
-_STORE_METHODS = frozenset(STORE_METHODS)
+_STORE_METHODS = frozenset(STORE_METHODS) | {METER_UPDATE}  # (a running-average meter's ``update``)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 

@@ -67,10 +67,11 @@ measured corpora reaches it: transformers has 4,700 Python files)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """A larger file is not summarised (the largest in the corpora is 1.0 MB)."""
 
-_FORMAT = 6  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns;
+_FORMAT = 7  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns;
 # 4: symbols say which kinds of mode-dependent layer their own code may hold;
 # 5: a module imported whole (``import modules``) is a dependency by the attributes read on it;
 # 6: a class is judged by the code its forward may reach (:func:`~.analysis.modes.class_code`)
+# 7: symbols say whether a class's ``update`` adds its argument into a running sum (a meter)
 # ``@name`` / ``@a.b(...)`` at the start of a line: a decorator, by text.
 _DECORATOR = re.compile(r"^[ \t]*@[ \t]*([A-Za-z_][\w.]*)", re.MULTILINE)
 # Decorators that cannot come from the project.
@@ -197,6 +198,9 @@ class _Recorder:
     def forward_kind(self, text: str, index: Optional[int] = None) -> None:
         return None  # a summary holds what the file's own code shows
 
+    def meter(self, text: str) -> None:
+        return None
+
 
 def _spec(text: str, relative: dict[str, str]) -> str:
     """``text`` (a qualified name, or one bound by a relative import) as an import spec."""
@@ -226,7 +230,7 @@ def summarise(source: str, path: str) -> Optional[dict]:
     not parse.
 
     Returns:
-        ``{"symbols": {name: [sensitive, deps, effect, outputs, kinds]}, "imports": {name: spec}}``:
+        ``{"symbols": {name: [sensitive, deps, effect, outputs, kinds, meter]}, "imports": {name: spec}}``:
         for each module-level class and function, whether its own source may
         make a forward depend on training mode, the import specs it takes
         from elsewhere whose verdicts decide it, its decorator effect,
@@ -235,7 +239,10 @@ def summarise(source: str, path: str) -> Optional[dict]:
         ``[kind, [kind of each tuple element]]``, else ``None``), and which
         kinds of mode-dependent layer its own source may hold
         (:data:`~torchgradlint.analysis.modes.LAYER_KINDS`: ``"dropout"``,
-        ``"statistics"``; empty when it is mode-free);
+        ``"statistics"``; empty when it is mode-free), and for a class
+        whether its ``update`` adds its argument into a running sum (a
+        meter: :func:`~torchgradlint.analysis.meters.update_accumulates`;
+        ``None`` for a function);
         ``imports``: every module-level name the file imports (for
         re-exports), as import specs.
     """
@@ -252,6 +259,7 @@ def summarise(source: str, path: str) -> Optional[dict]:
         return None
     model = build_model(module, source, path)
     relative = relative_imports(module)
+    meters = (outline(source) or {"symbols": {}})["symbols"]  # the same ``ast`` test as the outline's
     symbols: dict[str, list] = {}
     for node in _top_level(module.body):
         if not isinstance(node, (cst.ClassDef, cst.FunctionDef)):
@@ -271,7 +279,8 @@ def summarise(source: str, path: str) -> Optional[dict]:
         else:
             effect = _grad_effect(model, code)
         kinds = layer_kinds(model, code, name) if local else []
-        symbols[name] = [bool(local), sorted(recorder.deps), effect, outputs, kinds]
+        symbols[name] = [bool(local), sorted(recorder.deps), effect, outputs, kinds,
+                         meters[name][5] if name in meters else None]
     model.project = None
     imports = {local: spec for local, spec in model.names.aliases.items() if "." in spec}
     imports.update(relative)
@@ -296,13 +305,14 @@ def outline(source: str) -> Optional[dict]:
     Returns:
         :func:`summarise`'s shape, with ``"partial": True``: the same symbol
         names and ``imports`` (so names resolve without the full summary);
-        each symbol is ``[None, None, effect, outputs]``, its verdict unknown
+        each symbol is ``[None, None, effect, outputs, None, meter]``, its verdict unknown
         until the full summary is made, its decorator effect ``None`` when no
         grad-mode API's name can be spelled in the lines LibCST gives the
         definition (its leading comments, decorators, body and trailing
         comments all lie between the statements before and after it), else
-        :data:`UNDECIDED`, and a class's outputs ``None`` when the file
-        spells no softmax or sigmoid, else :data:`UNDECIDED`.
+        :data:`UNDECIDED`, a class's outputs ``None`` when the file
+        spells no softmax or sigmoid, else :data:`UNDECIDED`, and ``meter``
+        as in the full summary.
     """
     try:
         tree = ast.parse(source)
@@ -327,8 +337,17 @@ def outline(source: str) -> Optional[dict]:
         for node in defs:
             symbols[node.name] = [None, None, None]
     for node in defs:
-        symbols[node.name] += [probabilities if isinstance(node, ast.ClassDef) else None, None]
+        symbols[node.name] += [probabilities if isinstance(node, ast.ClassDef) else None, None, _meter(node)]
     return {"symbols": symbols, "imports": _ast_imports(tree, top), "partial": True}
+
+
+def _meter(node: ast.stmt) -> Optional[bool]:
+    """A symbol's last field: for a class, whether its ``update`` adds its
+    argument into a running sum (:func:`~.analysis.meters.update_accumulates`);
+    ``None`` for a function."""
+    from .analysis.meters import update_accumulates
+
+    return update_accumulates(node) if isinstance(node, ast.ClassDef) else None
 
 
 def _first_line(node: ast.stmt) -> int:
@@ -568,6 +587,12 @@ class ProjectIndex:
         outline when the file spells no softmax or sigmoid."""
         return self._symbol_field(path, name, 3)
 
+    def meter(self, path: Path, name: str) -> Optional[bool]:
+        """Whether the class ``name`` of the file ``path`` is a running-average
+        meter (its ``update`` adds its argument into a running sum), from its
+        outline; ``None`` when the file has no such class."""
+        return self._symbol_field(path, name, 5)  # type: ignore[return-value]
+
     def _symbol_field(self, path: Path, name: str, field: int) -> object:
         """Field ``field`` of the symbol ``name`` in the summary of ``path``:
         from its outline, or from the full summary when the outline leaves it
@@ -575,7 +600,7 @@ class ProjectIndex:
         entry = self.entry(path)
         for _ in range(2):
             symbol = entry[3]["symbols"].get(name) if entry is not None and entry[3] else None
-            value = symbol[field] if symbol is not None else None
+            value = symbol[field] if symbol is not None and field < len(symbol) else None
             if value != UNDECIDED:
                 return value
             entry = self.full_entry(path)
@@ -915,6 +940,13 @@ class ProjectView:
         if index is None:
             return whole
         return elements[index] if index < len(elements) else None
+
+    def meter(self, text: str) -> Optional[bool]:
+        """Whether the project class ``text`` names is a running-average
+        meter (:meth:`ProjectIndex.meter`); ``None`` when the index cannot
+        find it."""
+        target = self._resolve(text)
+        return self.index.meter(*target) if target is not None else None
 
     def deps(self) -> list[list[str]]:
         """``[path, sha256]`` of every project file consulted so far."""

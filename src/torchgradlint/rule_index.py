@@ -16,7 +16,7 @@ RULES = (
     ('TGL005', 'grad-mode-leak', True, (('set_grad_enabled', '__enter__'),), False, False, 'grad-switch-statement'),
     ('TGL006', 'unregistered-submodule', True, (('__init__',),), False, False, 'unregistered-attribute'),
     ('TGL007', 'module-built-in-forward', True, (('forward',), ('Linear', 'Bilinear', 'Conv', 'Norm', 'Embedding', 'RNN', 'LSTM', 'GRU', 'Attention', 'Transformer', 'PReLU')), False, False, 'layer-built-in-forward'),
-    ('TGL101', 'loss-kept-with-graph', True, (('append', 'extend', 'insert', '+', '['),), False, True, 'stores-with-grad-enabled'),
+    ('TGL101', 'loss-kept-with-graph', True, (('append', 'extend', 'insert', '+', '[', 'update'),), False, True, 'stores-with-grad-enabled'),
     ('TGL102', 'retain-graph-in-loop', True, (('retain_graph',),), True, False, ''),
     ('TGL103', 'no-grad-not-entered', True, (('no_grad', 'inference_mode', 'enable_grad'),), False, False, ''),
     ('TGL104', 'ctx-tensor-attribute', True, (('Function',), ('ctx', 'backward')), False, False, ''),

@@ -20,6 +20,7 @@ from ..analysis.provenance import (
 )
 from ..analysis.training import iterates_data, loop_trains
 from ..analysis.steps import backward_call, optimizer_step
+from ..analysis.meters import METER_CLASS_NAME, METER_UPDATE, update_accumulates
 from ..analysis.torch_api import CONCAT_FUNCTIONS, STORE_METHODS
 from ..registry import Finding, Rule
 
@@ -77,6 +78,50 @@ def _keyed_container(receiver: "cst.BaseExpression | None") -> "str | None":
     return dotted_name(receiver.value)
 
 
+def _meter_value(model: FileModel, c: Call) -> Optional[cst.BaseExpression]:
+    """The value ``c`` adds into a running-average meter's sum:
+    ``losses.update(loss, n)`` where every binding of ``losses`` that may
+    reach the call constructs one class, and that class is a meter
+    (:func:`~torchgradlint.analysis.meters.update_accumulates`): a class of
+    the file or, through the project index, of the project; a class from
+    outside the project by its name (``AverageMeter``)."""
+    text = c.receiver_text
+    value = c.arg(0, "val")
+    if c.method != METER_UPDATE or not text or value is None or any(a.star for a in c.node.args):
+        return None
+    bindings = model.reaching_bindings(text, c) or [a for a in model.assigns if a.binds(text)]
+    if not bindings or not all(a.kind in ("assign", "annassign") and isinstance(a.value, cst.Call) for a in bindings):
+        return None
+    funcs = {dotted_name(a.value.func) for a in bindings}  # type: ignore[union-attr]
+    if len(funcs) != 1:
+        return None
+    name = funcs.pop() or ""
+    info = model.classes.get(name)
+    if info is not None:
+        return value if _class_is_meter(model, info) else None
+    project = model.project
+    found = project.meter(model.names.qualify(name) or name) if project is not None and name else None
+    if found is None:
+        found = bool(METER_CLASS_NAME.search(name.rsplit(".", 1)[-1]))
+    return value if found else None
+
+
+def _class_is_meter(model: FileModel, info) -> bool:
+    """:func:`~torchgradlint.analysis.meters.update_accumulates` of a class of
+    the file (read with Python's ``ast``), memoised per class."""
+    key = ("meter", id(info.node))
+    if key not in model.memo:
+        import ast
+        import textwrap
+
+        try:
+            node = ast.parse(textwrap.dedent(model.module.code_for_node(info.node))).body[0]
+        except (SyntaxError, IndexError):
+            node = None
+        model.memo[key] = isinstance(node, ast.ClassDef) and update_accumulates(node)
+    return bool(model.memo[key])
+
+
 def _item_of(model: FileModel, value: cst.BaseExpression) -> str:
     """How to write the accumulated value in the suggested ``.item()``: its name, a short
     expression in parentheses (``(loss / len(loader))``), else ``x``."""
@@ -101,7 +146,7 @@ class LossKeptWithGraph(Rule):
     summary = "graph-attached tensor stored across loop iterations"
     probe = "retained-graph"
     fix_availability = "sometimes"  # `loss` -> `loss.item()` where the container takes floats
-    prefilter = (("append", "extend", "insert", "+", "["),)
+    prefilter = (("append", "extend", "insert", "+", "[", "update"),)
     # check(): a finding needs grad mode ENABLED at the store, or UNKNOWN with
     # the stored name backpropagated in the same scope.
     needs_grad_evidence = True
@@ -112,7 +157,12 @@ Checks for graph-attached tensors (losses, model outputs, anything computed
 from them with grad enabled) stored across loop iterations:
 `losses.append(loss)`, `losses.extend([loss])`, `total += loss`,
 `total = total + loss`, `history[step] = loss`, into a container or
-accumulator bound outside the loop or on `self`.
+accumulator bound outside the loop or on `self`; and
+`losses.update(loss, n)` on a running-average meter bound there (the
+ImageNet example's `AverageMeter`, whose `update` adds its argument into a
+running sum: a class of the file or of the project whose `update` does
+`self.sum += val * n`, or a class from elsewhere named like the idiom's,
+`AverageMeter`/`AvgMeter`).
 
 ## Why is this bad?
 A tensor keeps its whole autograd graph alive. When `backward()` runs every
@@ -175,6 +225,10 @@ step.
                 else:
                     values = [v]
                 yield _Store(c, c.node, container, values, "append")
+            elif c.method == METER_UPDATE:
+                v = _meter_value(model, c)
+                if v is not None:
+                    yield _Store(c, c.node, c.receiver_text, [v], "accumulate")
         for a in model.assigns:
             if a.value is None or len(a.targets) != 1 or a.unpacked:
                 continue
@@ -452,7 +506,11 @@ step.
                     freed_by_backward(model, side, s.fact) for side in (value.left, value.right))  # ``loss / n``
                 what = ("its autograd graph" if scalar or freed
                         else "its autograd graph and every activation saved for backward")
-                if s.kind == "accumulate":
+                if s.kind == "accumulate" and isinstance(s.fact, Call):  # a meter's update
+                    msg = (f"`{s.container}.{METER_UPDATE}(...)` adds {shown} with {what} into the meter's running "
+                           f"sum, which keeps every step's graph until the meter is reset; pass "
+                           f"`{_item_of(model, value)}.item()` instead")
+                elif s.kind == "accumulate":
                     msg = (f"`{s.container}` accumulates {shown} with {what} across iterations, so memory grows "
                            f"every step; accumulate `{_item_of(model, value)}.item()` (or `.detach()`) instead")
                 else:
