@@ -1689,3 +1689,23 @@ def test_meter_from_elsewhere_not_named_like_the_idiom_is_silent():
     # tllib's ``Meter`` keeps only the latest value; outside the project its body cannot be read
     src = _METER.format(imports="from utils import Meter", value="loss").replace("AverageMeter(", "Meter(")
     assert codes(src) == []
+
+
+@pytest.mark.parametrize("loop, expect", [
+    # rows of a softmax output walked by a loop, then ``log`` of a detached element (sgugger's LM notebooks)
+    ("for i, pv in enumerate(p_vocab):", [("TGL303", 9)]),
+    ("for pv, t in zip(p_vocab, targets):", [("TGL303", 9)]),
+    ("for i, pv in enumerate(scores):", []),  # the raw scores: no probabilities
+])
+def test_log_of_softmax_rows_walked_by_a_loop(loop, expect):
+    src = f"""
+        import torch
+        import torch.nn.functional as F
+        total_loss = 0.
+        for inputs, targets in data_source:
+            scores = model(inputs)
+            p_vocab = F.softmax(scores, 1)
+            {loop}
+                total_loss -= torch.log(pv[targets[0]].detach())
+        """
+    assert codes(src) == expect

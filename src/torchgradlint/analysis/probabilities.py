@@ -32,7 +32,7 @@ _SEQUENTIAL = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequ
 _SAME_VALUES = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "contiguous", "squeeze",
                           "unsqueeze", "view", "view_as", "reshape", "reshape_as", "flatten", "permute", "transpose",
                           "t", "expand", "expand_as", "narrow", "select", "clone", "gather", "take_along_dim",
-                          "index_select", "masked_select"})
+                          "index_select", "masked_select", "detach"})
 #: calls whose first result holds values picked from their input (``values, indices = p.topk(k)``)
 _VALUE_PICKS = frozenset({"torch.topk", "torch.sort", "torch.max", "torch.min", "torch.kthvalue", "torch.median"})
 _VALUE_PICK_METHODS = frozenset({"topk", "sort", "max", "min", "kthvalue", "median"})
@@ -379,14 +379,39 @@ def _element(node: Optional[cst.BaseExpression], index: int, displays: tuple) ->
 
 def _origin(binding, text: str) -> Optional[list[tuple]]:
     """``[(value, binding, kind)]`` for a binding the resolver follows (``kind``: the binding's
-    kind, or for an unpacking the element's position), else ``None``."""
+    kind, or for an unpacking the element's position), else ``None``. A loop over
+    ``enumerate(p)`` or ``zip(p, q)`` gives its target the rows of the tensor it walks
+    (``for i, row in enumerate(probs)``: a row of ``probs``)."""
     if binding.unpacked and binding.kind == "assign" and binding.op is None:
         index = target_element(binding, text)
         return None if index is None else [(binding.value, binding, index)]
+    if binding.unpacked and binding.kind == "for" and isinstance(binding.value, cst.Call):
+        walked = _walked_by(binding, text)
+        return None if walked is None else [(walked, binding, "for")]
     if binding.value is None or binding.unpacked or binding.op is not None \
             or binding.kind not in ("assign", "annassign", "for", "walrus"):
         return None
     return [(binding.value, binding, binding.kind)]
+
+
+def _walked_by(binding, text: str) -> Optional[cst.BaseExpression]:
+    """The sequence whose items the loop target ``text`` takes in ``for i, x in
+    enumerate(seq)`` (``x``) or ``for a, b in zip(s, t)`` (``a``: ``s``)."""
+    node = binding.node
+    target = node.target if isinstance(node, cst.For) else None
+    call = binding.value
+    if not isinstance(target, (cst.Tuple, cst.List)) or any(a.keyword or a.star for a in call.args):
+        return None
+    names = [dotted_name(el.value) if not isinstance(el, cst.StarredElement) else None for el in target.elements]
+    if text not in names:
+        return None
+    index = names.index(text)
+    func = dotted_name(call.func)
+    if func == "enumerate" and len(names) == 2 and index == 1 and call.args:
+        return call.args[0].value
+    if func == "zip" and len(call.args) == len(names):
+        return call.args[index].value
+    return None
 
 
 def _at_scope(scope: Scope) -> _Located:
