@@ -1709,3 +1709,31 @@ def test_log_of_softmax_rows_walked_by_a_loop(loop, expect):
                 total_loss -= torch.log(pv[targets[0]].detach())
         """
     assert codes(src) == expect
+
+
+@pytest.mark.parametrize("guard, expect", [
+    # the eval runs in the last iteration only; the next epoch starts with ``model.train()`` (jeffheaton's CNN)
+    ("if i == len(steps) - 1:", []),
+    ("if i + 1 == len(steps):", []),
+    ("if i % 100 == 0:", [("TGL202", 16)]),  # mid-epoch: the next iterations train in eval mode
+])
+def test_eval_in_the_last_iteration_of_the_batch_loop(guard, expect):
+    src = f"""
+        import torch
+        from torch import nn
+        from tqdm import tqdm
+        model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+        epoch = 0
+        while epoch < 100:
+            epoch += 1
+            steps = list(enumerate(train_loader))
+            pbar = tqdm(steps)
+            model.train()
+            for i, (x, y) in pbar:
+                loss = loss_fn(model(x), y)
+                optimizer.zero_grad(); loss.backward(); optimizer.step()
+                {guard}
+                    model.eval()
+                    vloss = validate(model, validation_loader)
+        """
+    assert codes(src) == expect

@@ -279,3 +279,97 @@ def _iterates_parameters_of(loop: Loop, text: str, name: Optional[str]) -> bool:
         return False
     it = node.iter
     return isinstance(it, cst.Call) and dotted_name(it.func) == f"{text}.parameters"
+
+
+# Wrappers that keep a sequence's items in order (a progress bar, a materialised list).
+_ORDER_KEEPING = frozenset({"tqdm", "list", "tuple", "iter", "progress_bar", "track"})
+
+
+def last_iteration_only(model: FileModel, loop: Loop) -> set[int]:
+    """ids of the nodes of ``loop``'s body that run only in its last
+    iteration: inside an ``if`` that tests the ``enumerate`` index of the
+    loop against the length of the sequence it walks (``for i, batch in
+    enumerate(loader): ... if i == len(loader) - 1:``, also through a name
+    bound to ``tqdm(...)``/``list(enumerate(...))``, and ``i + 1 ==
+    len(loader)``). What such a branch switches, the next iteration of this
+    loop never sees. Memoised per loop."""
+    key = ("last-iteration", id(loop.node))
+    found = model.memo.get(key)
+    if found is None:
+        found = model.memo[key] = _last_iteration_nodes(model, loop)
+    return found  # type: ignore[return-value]
+
+
+def _last_iteration_nodes(model: FileModel, loop: Loop) -> set[int]:
+    node = loop.node
+    if not isinstance(node, cst.For) or not isinstance(node.target, cst.Tuple) or not node.target.elements:
+        return set()
+    counter = dotted_name(node.target.elements[0].value)
+    sequences, enumerated = _walked_sequences(model, loop, node.iter)
+    if not counter or not enumerated or not sequences:
+        return set()
+    out: set[int] = set()
+    for n in _walk_body(node):
+        if isinstance(n, cst.If) and _is_last_index_test(n.test, counter, sequences):
+            out.update(id(x) for x in _walk_body(n))
+    return out
+
+
+def _walk_body(node: cst.CSTNode):
+    from .tree import walk
+
+    return walk(node.body) if hasattr(node, "body") else walk(node)
+
+
+def _walked_sequences(model: FileModel, loop: Loop, expr: cst.BaseExpression) -> tuple[set[str], bool]:
+    """The names of the sequences ``expr`` walks, through order-keeping
+    wrappers and names one binding gives where the loop starts (``pbar = tqdm(steps)``,
+    ``steps = list(enumerate(loader))``), and whether an ``enumerate`` numbers
+    the items."""
+    names: set[str] = set()
+    enumerated = False
+    start = next((a for a in model.assigns_in_scope(loop.scope) if a.kind == "for" and a.node is loop.node), None)
+    for _ in range(6):
+        if isinstance(expr, cst.Call) and expr.args and not expr.args[0].star:
+            func = (dotted_name(expr.func) or "").rsplit(".", 1)[-1]
+            if func == "enumerate" and not enumerated and len(expr.args) == 1:
+                enumerated = True
+            elif func not in _ORDER_KEEPING:
+                break
+            expr = expr.args[0].value
+            continue
+        text = dotted_name(expr)
+        if not text:
+            break
+        names.add(text)
+        bindings = model.reaching_bindings(text, start) if start is not None else []
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].unpacked or bindings[0].value is None:
+            break
+        expr = bindings[0].value
+    return names, enumerated
+
+
+def _is_last_index_test(test: cst.BaseExpression, counter: str, sequences: set[str]) -> bool:
+    """``i == len(s) - 1``, ``len(s) - 1 == i``, ``i + 1 == len(s)`` or ``len(s) == i + 1``."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 \
+            or not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+
+    def length(e) -> bool:
+        return isinstance(e, cst.Call) and dotted_name(e.func) == "len" and len(e.args) == 1 \
+            and dotted_name(e.args[0].value) in sequences
+
+    def offset(e, base) -> bool:  # ``base - 1`` / ``base + 1`` as a binary operation with the integer 1
+        return isinstance(e, cst.BinaryOperation) and isinstance(e.right, cst.Integer) and e.right.value == "1" \
+            and base(e.left)
+
+    def is_counter(e) -> bool:
+        return dotted_name(e) == counter
+
+    for a, b in (sides, sides[::-1]):
+        if is_counter(a) and offset(b, length) and isinstance(b.operator, cst.Subtract):
+            return True
+        if length(a) and offset(b, is_counter) and isinstance(b.operator, cst.Add):
+            return True
+    return False

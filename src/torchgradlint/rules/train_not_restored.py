@@ -26,7 +26,7 @@ from ..analysis.modes import (
 )
 from ..analysis.names import dotted_name
 from ..analysis.steps import foreign_framework_file
-from ..analysis.training import frozen_module
+from ..analysis.training import frozen_module, last_iteration_only
 from ..analysis.torch_api import FORWARD_METHODS
 from ..registry import Finding, Rule
 
@@ -204,6 +204,9 @@ switches parts of the module back (`M.head.train()` or a same-file method
 that calls `self.<part>.train()`), when the module is rebuilt in the loop,
 when the iteration itself puts the module in eval mode before training it
 (GAN phases, gradient checks in eval mode: a choice every iteration makes),
+when the eval runs only in the loop's last iteration (`for i, batch in
+enumerate(loader): ... if i == len(loader) - 1: M.eval()`: no later iteration
+of that loop trains, and the enclosing epoch loop is judged on its own),
 in PyTorch Lightning modules and callbacks (the trainer restores the mode),
 for a frozen module (`M.requires_grad_(False)`, or `requires_grad = False`
 on each of `M.parameters()`, never undone: a distillation teacher or a
@@ -327,8 +330,9 @@ def _leaked_eval(model: FileModel, loop: Loop, text: str, pairs: list[tuple[Call
         # the mode at the site is what the previous iteration left: its last switch
         after = [e for e in states if e.order >= site.call.order and id(e.call) not in restoring]
         state = after[-1] if after else None
-        if state is not None and state.kind == EVAL and not _alternative(model, state, states):
-            return state.call
+        if state is not None and state.kind == EVAL and not _alternative(model, state, states) \
+                and id(state.call.node) not in last_iteration_only(model, loop):
+            return state.call  # (an eval in the loop's last iteration only: no next iteration sees it)
     return None
 
 
