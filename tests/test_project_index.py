@@ -747,3 +747,11 @@ def test_a_project_meter_class_is_judged_by_its_update(tmp_path, capsys, name, e
     rc = main(["check", "--no-cache", "--select", "TGL101", "main.py"])
     out, _ = capsys.readouterr()
     assert (rc, codes(out)) == expect
+
+
+def test_a_name_defined_twice_is_outlined_as_its_later_definition():
+    # a script that redefines a class (a notebook exported to .py) keeps six fields per symbol
+    source = METERS + "\n\nclass LossTracker:\n    def update(self, value):\n        self.last = value\n"
+    out = _agrees(source)
+    assert out["symbols"]["LossTracker"][5] is False and out["symbols"]["Meter"][5] is False
+    assert project_index.outline(METERS)["symbols"]["LossTracker"][5] is True

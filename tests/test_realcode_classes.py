@@ -1737,3 +1737,37 @@ def test_eval_in_the_last_iteration_of_the_batch_loop(guard, expect):
                     vloss = validate(model, validation_loader)
         """
     assert codes(src) == expect
+
+
+@pytest.mark.parametrize("call, expect", [
+    # the backward runs only ``if opt is not None``; the no-grad path never passes one (PyTorch CV Cookbook)
+    ("loss_epoch(model, loss_func, val_dl)", []),
+    ("loss_epoch(model, loss_func, val_dl, opt=None)", []),
+    ("loss_epoch(model, loss_func, val_dl, opt)", [("TGL002", 12)]),  # a step under no_grad: it raises
+])
+def test_backward_gated_on_a_parameter_no_caller_passes(call, expect):
+    src = f"""
+        import torch
+        from torch import nn
+
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def loss_batch(loss_func, output, target, opt=None):
+            loss = loss_func(output, target)
+            if opt is not None:
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            return loss.item()
+
+        def loss_epoch(model, loss_func, dataset_dl, opt=None):
+            running = 0.0
+            for xb, yb in dataset_dl:
+                running += loss_batch(loss_func, model(xb), yb, opt)
+            return running
+
+        with torch.no_grad():
+            val_loss = {call}
+        """
+    assert codes(src) == expect

@@ -336,8 +336,9 @@ def outline(source: str) -> Optional[dict]:
     else:
         for node in defs:
             symbols[node.name] = [None, None, None]
-    for node in defs:
-        symbols[node.name] += [probabilities if isinstance(node, ast.ClassDef) else None, None, _meter(node)]
+    for node in defs:  # a name defined twice is the later definition, as in the full summary
+        symbols[node.name] = symbols[node.name][:3] + [
+            probabilities if isinstance(node, ast.ClassDef) else None, None, _meter(node)]
     return {"symbols": symbols, "imports": _ast_imports(tree, top), "partial": True}
 
 

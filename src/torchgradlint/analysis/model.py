@@ -851,3 +851,63 @@ def target_element(binding: "Assign", text: str) -> Optional[int]:
         if dotted_name(el.value) == text:
             return i
     return None
+
+
+def _off_literal(node: Optional[cst.BaseExpression]) -> bool:
+    """``None``, ``False`` or ``0``: a value an ``if param:`` / ``if param is not None:`` gate skips."""
+    return isinstance(node, cst.Name) and node.value in ("None", "False") or is_zero_literal(node)
+
+
+def left_off_by_callers(model: "FileModel", callee: Scope, param: str, depth: int = 0) -> bool:
+    """Whether every same-file call of the function ``callee`` leaves its
+    parameter ``param`` at ``None``/``False``/``0``: it passes such a literal,
+    passes nothing over such a default, or passes a parameter of its own
+    function that every caller of that function leaves off in turn (up to
+    three calls deep). ``False`` when the function has no same-file caller or
+    a call passes ``*args``/``**kwargs``. ("What is torch.nn really?"'s
+    ``loss_batch(model, loss_func, xb, yb, opt=None)``, whose backward runs
+    only ``if opt is not None``, called under ``no_grad`` with no ``opt``.)"""
+    callers = model.callers_of(callee)
+    if not callers or depth > 2:
+        return False
+    for site in callers:
+        if any(a.star for a in site.node.args):
+            return False
+        given = argument_for(site, callee, param)
+        if given is None:
+            if not _off_literal(_param_default(callee, param)):
+                return False
+            continue
+        if _off_literal(given):
+            continue
+        outer = model.enclosing_function(site.scope)
+        name = given.value if isinstance(given, cst.Name) else None
+        if outer is None or name not in outer.params \
+                or any(b.kind != "param" for b in model.bindings_of(name, site.scope)) \
+                or not left_off_by_callers(model, outer, name, depth + 1):
+            return False
+    return True
+
+
+def gate_parameters(model: "FileModel", fact: "_Located") -> set[str]:
+    """The parameters ``p`` of the function around ``fact`` that gate it: it
+    sits in the body of an ``if p:`` / ``if p is not None:`` (no ``else``
+    part counts) in that function."""
+    fn = model.enclosing_function(fact.scope)
+    if fn is None or not isinstance(fn.node, cst.FunctionDef):
+        return set()
+    target = id(fact.node)
+    out: set[str] = set()
+    for n in walk(fn.node):
+        if not isinstance(n, cst.If):
+            continue
+        test = n.test
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                and isinstance(test.comparisons[0].operator, cst.IsNot) \
+                and isinstance(test.comparisons[0].comparator, cst.Name) \
+                and test.comparisons[0].comparator.value == "None":
+            test = test.left
+        if isinstance(test, cst.Name) and test.value in fn.params \
+                and any(id(x) == target for x in walk(n.body)):
+            out.add(test.value)
+    return out

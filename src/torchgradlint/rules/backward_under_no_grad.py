@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-from ..analysis.model import Assign, Call, FileModel, GradMode, Region, names_in
+from ..analysis.model import Assign, Call, FileModel, GradMode, Region, gate_parameters, left_off_by_callers, names_in
 from ..analysis import modes
 from ..analysis.names import dotted_name
 from ..analysis.provenance import built_under_enable_grad, computed_under_no_grad, module_cuts_graph, provenance
@@ -28,6 +28,15 @@ def _region_text(model: FileModel, region: Region) -> str:
     if region.kind == "statement":
         return f"`{api}(False)`"
     return f"`with {api}()`"
+
+
+def _gated_off(model: FileModel, call) -> bool:
+    """Whether the backward ``call`` sits under an ``if p:`` / ``if p is not
+    None:`` on a parameter ``p`` of its function that every same-file caller
+    leaves at ``None``/``False``/``0``: on those paths it never runs (a
+    ``loss_batch(..., opt=None)`` evaluated under ``no_grad``)."""
+    fn = model.enclosing_function(call.scope)
+    return fn is not None and any(left_off_by_callers(model, fn, p) for p in gate_parameters(model, call))
 
 
 class BackwardUnderNoGrad(Rule):
@@ -63,6 +72,12 @@ tensor made inside a same-file module's `forward`, and a backward run by a
 module's own `forward` (a gradient-penalty loss module) with no
 `torch.is_grad_enabled()` check, in a file that evaluates under `no_grad`:
 evaluation calls the module with grad disabled.
+
+It stays silent on a backward under `if opt is not None:` (or `if opt:`) in a
+helper whose every same-file caller leaves `opt` at `None` (passes nothing over
+a `None` default, passes `None`, or passes on a parameter its own callers
+leave off): "What is torch.nn really?"'s `loss_batch(..., opt=None)` evaluated
+under `no_grad` never runs that backward.
 
 ## Why is this bad?
 With grad disabled autograd records nothing: every result has
@@ -132,6 +147,8 @@ with torch.no_grad():
                     "it outside inference mode)"))
                 continue
             region = computed_under_no_grad(model, b.target, call)
+            if region is not None and _gated_off(model, call):
+                continue  # ``if opt is not None: loss.backward()`` and no caller passes ``opt``
             target = model.module.code_for_node(b.target)
             if len(target) > 40:
                 target = "the tensor"
