@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     tgl101 = get_rule("TGL101")
     files = candidates = rejected = no_backward = unparsable = premise_checked = 0
     bad: list[str] = []
-    for path in sorted(src.rglob("*.py")):
+    for path in sorted(p for p in src.rglob("*.py") if p.is_file()):  # (a folder may be named x.py)
         files += 1
         try:
             text = decode_source(path.read_bytes())

@@ -1572,8 +1572,11 @@ def test_list_wrapped_in_a_sequential_per_call_is_not_registered(forward, expect
 
 @pytest.mark.parametrize("call, expect", [
     ("nn.Dropout(0.25)(h)", [("TGL203", 12)]),  # Mastering PyTorch's music LSTM
+    # a policy network that assembles its Sequential per call (Deep Learning with PyTorch 1.x)
+    ("nn.Sequential(self.enc, nn.Dropout(p=0.5), nn.ReLU())(x)", [("TGL203", 12)]),
     ("nn.Dropout(0.0)(h)", []),
     ("self.drop(h)", []),
+    ("self._lazy(h)", []),  # kept on the module the first time: ``.eval()`` reaches it
 ])
 def test_dropout_module_built_and_called_in_forward(call, expect):
     assert codes(f"""
@@ -1588,6 +1591,10 @@ def test_dropout_module_built_and_called_in_forward(call, expect):
             def forward(self, x):
                 h = self.enc(x)
                 return {call}
+            def _lazy(self, h):
+                if not hasattr(self, "late"):
+                    self.late = nn.Dropout(0.3)
+                return self.late(h)
         """) == expect
 
 

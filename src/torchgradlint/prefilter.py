@@ -651,8 +651,9 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
     ``scaled_dot_product_attention`` with a dropout probability, through a
     name that can resolve to torch; ``nn.Dropout(...)``, a ``dropout=0.1``
     argument and a dropout module's call (``self.dropout(x)``) are not one,
-    but a dropout module built and called at once (``nn.Dropout(0.25)(x)``,
-    with a rate that is not a literal 0) is.
+    but a dropout module built in a method other than ``__init__`` and not
+    kept on ``self`` (``nn.Dropout(0.25)(x)`` in ``forward``, with a rate that
+    is not a literal 0) is.
 
     The rule checks calls whose qualified name
     (``analysis.names.ImportTable.qualify``: the callee's first name through
@@ -675,9 +676,9 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
             calls.append(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             heads.update(a.asname or a.name.split(".")[0] for a in node.names)
+    if not facts.called.isdisjoint(_DROPOUT_MODULE_NAMES) and _dropout_module_built_per_call(tree, heads, facts):
+        return True
     for node in calls:
-        if isinstance(node.func, ast.Call) and _dropout_module_called_at_once(node.func, heads, facts):
-            return True
         chain = _dotted_names(node.func)
         if not chain or chain[0] not in heads or any(isinstance(a, ast.Starred) for a in node.args) \
                 or any(k.arg is None for k in node.keywords):
@@ -688,18 +689,29 @@ def may_call_functional_dropout(facts: FileFacts) -> bool:
     return False
 
 
-def _dropout_module_called_at_once(inner: ast.Call, heads: set[str], facts: FileFacts) -> bool:
-    """Whether ``inner(...)(x)`` builds a torch dropout module and calls it at
-    once (``nn.Dropout(0.25)(x)``): the callee resolves as in
+def _dropout_module_built_per_call(tree: ast.Module, heads: set[str], facts: FileFacts) -> bool:
+    """Whether a function other than ``__init__`` builds a torch dropout module
+    that it does not keep on ``self`` (``nn.Dropout(0.25)(x)`` in ``forward``,
+    or in an ``nn.Sequential`` assembled there; TGL203's
+    ``_built_per_call``): the callee resolves as in
     :func:`may_call_functional_dropout`, the rate is no literal 0 and reads
     no ``training``."""
-    chain = _dotted_names(inner.func)
-    if not chain or chain[0] not in heads or facts.callee_last_names(inner).isdisjoint(_DROPOUT_MODULE_NAMES):
-        return False
-    p = _argument(inner, 0, "p")
-    if isinstance(p, ast.Constant) and p.value == 0 or p is not None and _mentions_training(p):
-        return False
-    return True
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
+            continue
+        kept = {id(st.value) for st in ast.walk(fn) if isinstance(st, ast.Assign)
+                and any(_mentions_self(t) for t in st.targets)}
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call) or id(node) in kept:
+                continue
+            chain = _dotted_names(node.func)
+            if not chain or chain[0] not in heads or facts.callee_last_names(node).isdisjoint(_DROPOUT_MODULE_NAMES):
+                continue
+            p = _argument(node, 0, "p")
+            if isinstance(p, ast.Constant) and p.value == 0 or p is not None and _mentions_training(p):
+                continue
+            return True
+    return False
 
 
 def _argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.expr]:

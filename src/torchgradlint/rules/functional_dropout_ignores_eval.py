@@ -6,8 +6,10 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, GradMode, called_at_once, is_zero_literal, names_in
-from ..analysis.module_class_facts import enclosing_method, is_torch_module_class, nodes_under_if, self_name
+from ..analysis.model import Call, FileModel, GradMode, is_zero_literal, names_in
+from ..analysis.names import dotted_name
+from ..analysis.module_class_facts import (enclosing_method, forward_methods, is_torch_module_class, nodes_under_if,
+                                           self_name)
 from ..analysis.torch_api import DROPOUT_MODULES, FUNCTIONAL_DROPOUTS, SDPA, TORCH_DROPOUTS
 from ..registry import Finding, Rule
 
@@ -31,6 +33,20 @@ def _rate_from_caller(p: Optional[cst.BaseExpression], fn: cst.CSTNode) -> bool:
         if param.name.value == p.value:
             return param.default is None or is_zero_literal(param.default)
     return False
+
+
+def _built_per_call(model: FileModel, c: Call, info, method) -> bool:
+    """Whether the dropout module ``c`` builds is a new one on every forward:
+    built in ``forward`` or a method it calls (not in ``__init__``), and not
+    kept on the module (``self.drop = nn.Dropout(p)`` built lazily is a
+    submodule ``.eval()`` reaches): ``nn.Dropout(0.25)(h)``, or an
+    ``nn.Sequential(self.fc, nn.Dropout(0.5), ...)`` assembled per call."""
+    if method.name == "__init__" or not any(m is method for m in forward_methods(model, info)):
+        return False
+    stmt = c.statement
+    return not (isinstance(stmt, (cst.Assign, cst.AnnAssign)) and any(
+        (dotted_name(t.target) or "").startswith("self.")
+        for t in (stmt.targets if isinstance(stmt, cst.Assign) else [stmt])))
 
 
 def _has_star(call: cst.Call) -> bool:
@@ -79,9 +95,11 @@ Inside a method of a `torch.nn.Module` subclass, checks for:
 - `F.scaled_dot_product_attention(..., dropout_p=E)` where `E` is not a
   literal 0 and does not depend on `training` (directly, or through the local
   variable it is read from), outside an `if self.training:` branch;
-- `nn.Dropout(p)(x)` (and the other `torch.nn` dropout modules) built and
-  called at once inside the method: a new module, in training mode, on every
-  call, which `.eval()` never reaches.
+- `nn.Dropout(p)` (and the other `torch.nn` dropout modules) built in
+  `forward` (or a method it calls) and not kept on the module:
+  `nn.Dropout(0.25)(x)`, or an `nn.Sequential(self.fc, nn.Dropout(0.5))`
+  assembled per call. Each call makes a new module in training mode, which
+  `.eval()` never reaches.
 
 It stays silent on `training=self.training` or any other non-literal
 `training=`, on an explicit `training=True` (dropout kept at inference on
@@ -175,8 +193,7 @@ keep dropout at inference without saying so (then write `training=True`).
     def check(self, model: FileModel) -> Iterator[Finding]:
         for c in model.calls:
             qn = c.qualname or ""
-            if qn not in FUNCTIONAL_DROPOUTS and qn not in TORCH_DROPOUTS and qn != SDPA \
-                    and not (qn in DROPOUT_MODULES and called_at_once(c)):
+            if qn not in FUNCTIONAL_DROPOUTS and qn not in TORCH_DROPOUTS and qn != SDPA and qn not in DROPOUT_MODULES:
                 continue
             if _has_star(c.node):
                 continue
@@ -208,6 +225,8 @@ keep dropout at inference without saying so (then write `training=True`).
                 yield Finding(c.node, msg) if "\n" in text else Finding(c.node, msg, fix=(p, new))
                 continue
             if qn in DROPOUT_MODULES:
+                if not _built_per_call(model, c, info, method):
+                    continue
                 p = c.arg(0, "p")
                 if is_zero_literal(p) or (p is not None and _mentions_training(p)) \
                         or _rate_from_caller(p, method.node):
