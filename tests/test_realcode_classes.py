@@ -1778,3 +1778,37 @@ def test_backward_gated_on_a_parameter_no_caller_passes(call, expect):
             val_loss = {call}
         """
     assert codes(src) == expect
+
+
+@pytest.mark.parametrize("head, expect", [
+    # ``probs, value = self.predict(s)`` where ``predict`` returns the actor-critic model's output
+    ("F.softmax(self.action(x), dim=-1)", [("TGL303", 24)]),  # the RL Cookbook's actor-critic agents
+    ("F.log_softmax(self.action(x), dim=-1)", []),
+])
+def test_tuple_element_returned_through_a_wrapper_method(head, expect):
+    assert codes(f"""
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+        class ActorCriticModel(nn.Module):
+            def __init__(self, n_input, n_output, n_hidden):
+                super().__init__()
+                self.fc = nn.Linear(n_input, n_hidden)
+                self.action = nn.Linear(n_hidden, n_output)
+                self.value = nn.Linear(n_hidden, 1)
+            def forward(self, x):
+                x = F.relu(self.fc(x))
+                return {head}, self.value(x)
+
+        class PolicyNetwork:
+            def __init__(self, n_state, n_action):
+                self.model = ActorCriticModel(n_state, n_action, 50)
+            def predict(self, s):
+                return self.model(torch.Tensor(s))
+            def get_action(self, s):
+                action_probs, state_value = self.predict(s)
+                action = torch.multinomial(action_probs, 1).item()
+                log_prob = torch.log(action_probs[action])
+                return action, log_prob, state_value
+        """) == expect

@@ -232,7 +232,19 @@ class ProbabilityResolver:
             return self.prob_kind(source, at, depth + 1) if isinstance(func, cst.Attribute) or call.args else None
         if isinstance(func, cst.Attribute) and func.attr.value == "forward":
             func = func.value
-        return self.module_kind(func, at, depth + 1, index)
+        kind = self.module_kind(func, at, depth + 1, index)
+        if kind is None:  # ``probs, value = self.predict(s)`` with ``return self.model(s)``
+            kind = self._over_returns(call, depth, f"element {index}",
+                                      lambda v, where, d: self._returned_element(v, where, index, d))
+        return kind
+
+    def _returned_element(self, value: cst.BaseExpression, at: _Located, index: int, depth: int) -> Optional[str]:
+        """The kind of element ``index`` of a returned value: of a tuple display, or of what a
+        returned call gives (:meth:`element_kind`)."""
+        element = _element(value, index, (cst.Tuple,))
+        if element is not None:
+            return self.prob_kind(element, at, depth + 1)
+        return self.element_kind(value, at, index, depth)
 
     def _returned_kind(self, node: cst.Call, depth: int) -> Optional[str]:
         """The probability kind every ``return`` of the same-file function or method ``node`` calls
