@@ -1812,3 +1812,28 @@ def test_tuple_element_returned_through_a_wrapper_method(head, expect):
                 log_prob = torch.log(action_probs[action])
                 return action, log_prob, state_value
         """) == expect
+
+
+@pytest.mark.parametrize("build, expect", [
+    # a model class of another package with its own ``generate`` (mamba.py's MambaLM), in a file
+    # that also imports transformers for the tokenizer
+    ("from mambapy.lm import MambaLM\nmodel = MambaLM(config).to(device)", []),
+    ("from transformers import AutoModelForCausalLM\nmodel = AutoModelForCausalLM.from_pretrained(name)\n"
+     "model.train()", [("TGL201", 15)]),
+])
+def test_generate_of_a_model_from_another_library(build, expect):
+    src = """
+import torch
+from transformers import AutoTokenizer
+{build}
+tokenizer = AutoTokenizer.from_pretrained(name)
+optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for batch in loader:
+    optim.zero_grad()
+    loss = model(batch).loss
+    loss.backward()
+    optim.step()
+output = model.generate(tokenizer, "She was", num_tokens=50)
+"""
+    found = codes(src.format(build=build))
+    assert [c for c, _ in found] == [c for c, _ in expect]

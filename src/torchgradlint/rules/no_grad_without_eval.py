@@ -6,7 +6,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis.model import FileModel, GradMode
+from ..analysis.model import FileModel, GradMode, unwrap
+from ..analysis.names import dotted_name
 from ..analysis.modes import (
     HELPER_TRAIN,
     TRAINED,
@@ -23,7 +24,7 @@ from ..analysis.modes import (
     trains_sensitive_module_at,
 )
 from ..analysis.steps import optimizer_step
-from ..analysis.torch_api import FORWARD_METHODS
+from ..analysis.torch_api import FORWARD_METHODS, MODULE_RETURNING_METHODS
 from ..analysis.training import feeds_backward, iterates_data, loop_trains, step_span
 from ..analysis.steps import foreign_framework_file
 from ..registry import Finding, Rule
@@ -241,8 +242,29 @@ def _library_generate(model: FileModel, call) -> bool:
     ``generate`` method, imported from another file, is not assumed to be one.)"""
     if call.method != "generate" or call.receiver_text in (None, "self", "cls") or model.resolve_callee(call):
         return False
+    if _built_by_another_library(model, call):
+        return False
     return model.cached("imports-generating-library", lambda: any(
         v.split(".")[0] in _GENERATING_LIBRARIES for v in model.names.aliases.values()))
+
+
+def _built_by_another_library(model: FileModel, call) -> bool:
+    """Whether every binding of the receiver of ``call`` that may reach it is a
+    call of a name imported from a package other than transformers and PEFT
+    (``model = MambaLM(config)`` with ``from mambapy.mamba_lm import MambaLM``):
+    that model's ``generate`` is its own, not ``GenerationMixin.generate``."""
+    text = call.receiver_text
+    bindings = model.reaching_bindings(text, call) or [a for a in model.assigns if a.binds(text)]
+    if not bindings:
+        return False
+    for a in bindings:
+        value = unwrap(a.value, MODULE_RETURNING_METHODS) if a.kind in ("assign", "annassign") \
+            and not a.unpacked else None
+        qn = model.qualname(value.func) if isinstance(value, cst.Call) else None
+        head = (dotted_name(value.func) or "").split(".")[0] if isinstance(value, cst.Call) else ""
+        if not qn or "." not in qn or qn.split(".")[0] in _GENERATING_LIBRARIES or head not in model.names.aliases:
+            return False
+    return True
 
 
 def _during_construction(model: FileModel, scope, depth: int = 0) -> bool:
