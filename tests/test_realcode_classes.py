@@ -1837,3 +1837,34 @@ output = model.generate(tokenizer, "She was", num_tokens=50)
 """
     found = codes(src.format(build=build))
     assert [c for c, _ in found] == [c for c, _ in expect]
+
+
+@pytest.mark.parametrize("use, expect", [
+    # a batch-norm recalibration pass whose output name the evaluation loop after it binds again
+    # before reading it (SDPoint's validate): the pass's own outputs are never read
+    ("pass", []),
+    ("acc += (output.argmax(1) == target).sum().item()", [("TGL201", 11)]),  # read: an evaluation
+])
+def test_statistics_pass_whose_output_name_is_reused_later(use, expect):
+    assert codes(f"""
+        import torch
+        from torch import nn
+
+        def validate(train_loader, val_loader, model, criterion):
+            model.train()
+            acc = 0
+            with torch.no_grad():
+                for i, (input, target) in enumerate(train_loader):
+                    input = input.cuda()
+                    output = model(input)
+                    {use}
+            model.eval()
+            with torch.no_grad():
+                for i, (input, target) in enumerate(val_loader):
+                    output = model(input)
+                    loss = criterion(output, target)
+            return loss
+
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+        validate(train_loader, val_loader, model, criterion)
+        """) == expect

@@ -43,7 +43,7 @@ from .model import (RECEIVER_METHODS, Assign, Call, ClassInfo, FileModel, GradMo
                     enclosing_ifs, if_branches, is_literal, is_zero_literal, names_in, target_element, unwrap)
 from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
-from .reads import assigned_names, never_read
+from .reads import assigned_names, binding_never_read, never_read
 from .steps import backward_call, optimizer_step
 from .torch_api import (CLASS_FACTORIES, FORWARD_METHODS, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER,
                         MODULE_RETURNING_METHODS, MONAI_NORM_CONFIGURED, PEFT_WRAPPERS, SAME_FORWARD_WRAPPERS)
@@ -2147,11 +2147,14 @@ def _output_unbound(call: Call) -> bool:
 def output_discarded(model: FileModel, call: Call) -> bool:
     """Whether nothing reads what the module call ``call`` returns: it is
     bound to no name (:func:`_output_unbound`), or to names (``out =
-    model(x)``, ``a, b = net(x)``) that are never read (:func:`.reads.never_read`)."""
+    model(x)``, ``a, b = net(x)``) that are never read (:func:`.reads.never_read`),
+    or whose values this binding gives are never read: every read is reached only by
+    later bindings (:func:`.reads.binding_never_read`)."""
     if _output_unbound(call):
         return True
     names = assigned_names(call.statement, call.node)
-    return bool(names) and never_read(model, names, call.scope)
+    return bool(names) and (never_read(model, names, call.scope) or all(
+        binding_never_read(model, call.statement, n, call.scope) for n in names))
 
 
 def initialises_fresh_module(model: FileModel, call: Call, text: str) -> bool:

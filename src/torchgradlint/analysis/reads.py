@@ -112,3 +112,42 @@ def _count(node: cst.CSTNode) -> int:
     if isinstance(node, cst.StarredElement):
         return _count(node.value)
     return 1
+
+
+def binding_never_read(model: FileModel, statement: cst.CSTNode, name: str, scope: Scope) -> bool:
+    """Whether the value the simple statement ``statement`` binds to ``name``
+    is never read: every read of ``name`` in ``scope`` lies in a simple
+    statement of the scope (not a compound statement's header, not a nested
+    function) where no binding made by ``statement`` reaches (``output =
+    model(x)`` in a statistics pass, and an evaluation loop after it that
+    binds ``output`` again before reading it). Conservative: a read that
+    cannot be placed counts as a read of this binding."""
+    reads = sum(1 for s in _reads(model).get(name, ()) if s is scope.node)
+    if reads == 0:
+        return never_read(model, [name], scope)
+    mine = [a for a in model.assigns_in_scope(scope) if a.statement is statement and a.binds(name)]
+    if len(mine) != 1:
+        return False
+    facts: dict[int, list] = {}
+    for f in [*model.calls_in_scope(scope), *model.assigns_in_scope(scope)]:
+        if isinstance(f.statement, cst.BaseSmallStatement):
+            facts.setdefault(id(f.statement), [f.statement]).append(f)
+    placed = 0
+    for group in facts.values():
+        stmt, located = group[0], group[1:]
+        n = _reads_in(stmt, name)
+        if not n:
+            continue
+        placed += n
+        if any(mine[0] in model.reaching_bindings(name, f) for f in located):
+            return False
+    return placed == reads
+
+
+def _reads_in(stmt: cst.CSTNode, name: str) -> int:
+    """Reads of ``name`` inside the simple statement ``stmt`` (binding targets excluded)."""
+    bound: set[int] = set()
+    for node in walk(stmt):
+        for field in _BINDING_FIELDS.get(type(node), ()):
+            bound.update(id(n) for n in _targets(getattr(node, field)))
+    return sum(1 for n in walk(stmt) if isinstance(n, cst.Name) and n.value == name and id(n) not in bound)
