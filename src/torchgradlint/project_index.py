@@ -346,7 +346,7 @@ def _meter(node: ast.stmt) -> Optional[bool]:
     """A symbol's last field: for a class, whether its ``update`` adds its
     argument into a running sum (:func:`~.analysis.meters.update_accumulates`);
     ``None`` for a function."""
-    from .analysis.meters import update_accumulates
+    from .analysis.meters import update_accumulates  # here: a fully cached run imports no analysis module
 
     return update_accumulates(node) if isinstance(node, ast.ClassDef) else None
 

@@ -705,7 +705,7 @@ class FileModel:
         if fn is None or not isinstance(flag, cst.Name) or flag.value not in fn.params or depth > 3:
             return GradMode.UNKNOWN
         index = fn.params.index(flag.value)
-        default = _param_default(fn, flag.value)
+        default = param_default(fn, flag.value)
         values: set[Optional[bool]] = set()
         for site in self.callers_of(fn):
             offset = 1 if fn.class_name is not None and site.func_text and "." in site.func_text else 0
@@ -721,7 +721,9 @@ class FileModel:
         return [r for r in self.regions if r.order <= fact.order <= r.end and fact.scope.contains(r.order)]
 
 
-def _param_default(fn: Scope, name: str) -> Optional[cst.BaseExpression]:
+def param_default(fn: Scope, name: str) -> Optional[cst.BaseExpression]:
+    """The default of the parameter ``name`` of the function ``fn``; ``None``
+    when it has none or ``fn`` has no such parameter."""
     node = fn.node
     if not isinstance(node, cst.FunctionDef):
         return None
@@ -853,9 +855,29 @@ def target_element(binding: "Assign", text: str) -> Optional[int]:
     return None
 
 
-def _off_literal(node: Optional[cst.BaseExpression]) -> bool:
+def falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
     """``None``, ``False`` or ``0``: a value an ``if param:`` / ``if param is not None:`` gate skips."""
     return isinstance(node, cst.Name) and node.value in ("None", "False") or is_zero_literal(node)
+
+
+def nodes_under_if(model: FileModel, root: cst.CSTNode, kind: str, test, *, orelse: bool = False,
+                   conditional_expressions: bool = False) -> set[int]:
+    """ids of the nodes of ``root``'s subtree inside an ``if`` (and, with
+    ``conditional_expressions``, an ``a if t else b``) whose test satisfies
+    ``test(node) -> bool``: its body, and its ``else`` part too with ``orelse``.
+    Memoised per file, ``root`` and ``kind`` (a name for the test)."""
+    key = ("nodes-under-if", kind, id(root))
+    found = model.memo.get(key)
+    if found is None:
+        found = set()
+        kinds = (cst.If, cst.IfExp) if conditional_expressions else (cst.If,)
+        for n in walk(root):
+            if isinstance(n, kinds) and test(n.test):
+                for part in (n.body, n.orelse) if orelse else (n.body,):
+                    if part is not None:
+                        found.update(id(x) for x in walk(part))
+        model.memo[key] = found
+    return found
 
 
 def left_off_by_callers(model: "FileModel", callee: Scope, param: str, depth: int = 0) -> bool:
@@ -875,10 +897,10 @@ def left_off_by_callers(model: "FileModel", callee: Scope, param: str, depth: in
             return False
         given = argument_for(site, callee, param)
         if given is None:
-            if not _off_literal(_param_default(callee, param)):
+            if not falsy_literal(param_default(callee, param)):
                 return False
             continue
-        if _off_literal(given):
+        if falsy_literal(given):
             continue
         outer = model.enclosing_function(site.scope)
         name = given.value if isinstance(given, cst.Name) else None
@@ -896,18 +918,15 @@ def gate_parameters(model: "FileModel", fact: "_Located") -> set[str]:
     fn = model.enclosing_function(fact.scope)
     if fn is None or not isinstance(fn.node, cst.FunctionDef):
         return set()
-    target = id(fact.node)
-    out: set[str] = set()
-    for n in walk(fn.node):
-        if not isinstance(n, cst.If):
-            continue
-        test = n.test
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
-                and isinstance(test.comparisons[0].operator, cst.IsNot) \
-                and isinstance(test.comparisons[0].comparator, cst.Name) \
-                and test.comparisons[0].comparator.value == "None":
-            test = test.left
-        if isinstance(test, cst.Name) and test.value in fn.params \
-                and any(id(x) == target for x in walk(n.body)):
-            out.add(test.value)
-    return out
+    return {p for p in fn.params if id(fact.node) in nodes_under_if(
+        model, fn.node, f"gate {p}", lambda test, p=p: _gated_name(test) == p)}
+
+
+def _gated_name(test: cst.BaseExpression) -> Optional[str]:
+    """``p`` for an ``if`` test ``p`` or ``p is not None``."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+            and isinstance(test.comparisons[0].operator, cst.IsNot) \
+            and isinstance(test.comparisons[0].comparator, cst.Name) \
+            and test.comparisons[0].comparator.value == "None":
+        test = test.left
+    return test.value if isinstance(test, cst.Name) else None

@@ -40,7 +40,8 @@ from typing import Optional
 import libcst as cst
 
 from .model import (RECEIVER_METHODS, Assign, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
-                    enclosing_ifs, if_branches, is_literal, is_zero_literal, names_in, target_element, unwrap)
+                    enclosing_ifs, falsy_literal, if_branches, is_literal, is_zero_literal, names_in, param_default,
+                    target_element, unwrap)
 from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
 from .reads import assigned_names, binding_never_read, never_read
@@ -892,17 +893,11 @@ def _returned_argument(model: FileModel, ret, call: cst.Call) -> Optional[cst.Ba
         b = bindings[0]
         if b.kind == "param":
             fn = model.enclosing_function(ret.scope)
-            if fn is None or not isinstance(fn.node, cst.FunctionDef) or any(a.star for a in call.args):
-                return None
-            params = [*fn.node.params.posonly_params, *fn.node.params.params]
-            if fn.class_name is not None:
-                return None  # a method: its first parameter is the receiver
-            positional = [a.value for a in call.args if a.keyword is None]
-            for i, p in enumerate(params):
-                if p.name.value == value.value:
-                    return positional[i] if i < len(positional) else next(
-                        (a.value for a in call.args if a.keyword and a.keyword.value == value.value), p.default)
-            return next((a.value for a in call.args if a.keyword and a.keyword.value == value.value), None)
+            site = model.call_for(call)
+            if fn is None or fn.class_name is not None or site is None or any(a.star for a in call.args):
+                return None  # (a method: what its receiver holds is another question)
+            given = argument_for(site, fn, value.value)
+            return given if given is not None else param_default(fn, value.value)
         if b.kind not in ("assign", "annassign") or b.unpacked or b.value is None:
             return None
         value, at = b.value, b
@@ -1161,11 +1156,7 @@ def _gates_left_off(forward: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
     """The parameters of ``forward`` with a ``False``/``None``/``0`` default
     that ``call`` (of the module, so without ``self``) leaves at such a value."""
     return frozenset(p.name.value for p, value in _method_arguments(forward, call) or ()
-                     if _falsy_literal(p.default) and _falsy_literal(value))
-
-
-def _falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
-    return isinstance(node, cst.Name) and node.value in ("False", "None") or is_zero_literal(node)
+                     if falsy_literal(p.default) and falsy_literal(value))
 
 
 def _class_sensitive_with_gates_off(model: FileModel, info: ClassInfo, off: frozenset[str]) -> bool:

@@ -16,7 +16,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import ClassInfo, FileModel, Scope, names_in, unwrap
+from .model import ClassInfo, FileModel, Scope, names_in, nodes_under_if, unwrap  # noqa: F401 (re-exported)
 from .modes import module_classes
 from .names import dotted_name
 from .tree import walk
@@ -99,26 +99,6 @@ def _lazy_test(test: cst.BaseExpression, owner: str) -> bool:
             return bool(inner.args) and owner in names_in(inner.args[0].value)
         return owner in names_in(inner)
     return False
-
-
-def nodes_under_if(model: FileModel, root: cst.CSTNode, kind: str, test, *, orelse: bool = False,
-                   conditional_expressions: bool = False) -> set[int]:
-    """ids of the nodes of ``root``'s subtree inside an ``if`` (and, with
-    ``conditional_expressions``, an ``a if t else b``) whose test satisfies
-    ``test(node) -> bool``: its body, and its ``else`` part too with ``orelse``.
-    Memoised per file, ``root`` and ``kind`` (a name for the test)."""
-    key = ("nodes-under-if", kind, id(root))
-    found = model.memo.get(key)
-    if found is None:
-        found = set()
-        kinds = (cst.If, cst.IfExp) if conditional_expressions else (cst.If,)
-        for n in walk(root):
-            if isinstance(n, kinds) and test(n.test):
-                for part in (n.body, n.orelse) if orelse else (n.body,):
-                    if part is not None:
-                        found.update(id(x) for x in walk(part))
-        model.memo[key] = found
-    return found
 
 
 def lazy_guarded(model: FileModel, method: Scope) -> set[int]:

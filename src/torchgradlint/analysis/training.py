@@ -8,7 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, Loop, Scope, is_literal, names_in
+from .model import Call, FileModel, Loop, Scope, is_literal, names_in, nodes_under_if
 from .names import dotted_name
 from .torch_api import DATA_SOURCE_NAME
 from .steps import Backward, OptimizerStep, backward_call, optimizer_step
@@ -292,15 +292,7 @@ def last_iteration_only(model: FileModel, loop: Loop) -> set[int]:
     enumerate(loader): ... if i == len(loader) - 1:``, also through a name
     bound to ``tqdm(...)``/``list(enumerate(...))``, and ``i + 1 ==
     len(loader)``). What such a branch switches, the next iteration of this
-    loop never sees. Memoised per loop."""
-    key = ("last-iteration", id(loop.node))
-    found = model.memo.get(key)
-    if found is None:
-        found = model.memo[key] = _last_iteration_nodes(model, loop)
-    return found  # type: ignore[return-value]
-
-
-def _last_iteration_nodes(model: FileModel, loop: Loop) -> set[int]:
+    loop never sees. Memoised per loop (:func:`~.model.nodes_under_if`)."""
     node = loop.node
     if not isinstance(node, cst.For) or not isinstance(node.target, cst.Tuple) or not node.target.elements:
         return set()
@@ -308,17 +300,7 @@ def _last_iteration_nodes(model: FileModel, loop: Loop) -> set[int]:
     sequences, enumerated = _walked_sequences(model, loop, node.iter)
     if not counter or not enumerated or not sequences:
         return set()
-    out: set[int] = set()
-    for n in _walk_body(node):
-        if isinstance(n, cst.If) and _is_last_index_test(n.test, counter, sequences):
-            out.update(id(x) for x in _walk_body(n))
-    return out
-
-
-def _walk_body(node: cst.CSTNode):
-    from .tree import walk
-
-    return walk(node.body) if hasattr(node, "body") else walk(node)
+    return nodes_under_if(model, node, "last-iteration", lambda test: _is_last_index_test(test, counter, sequences))
 
 
 def _walked_sequences(model: FileModel, loop: Loop, expr: cst.BaseExpression) -> tuple[set[str], bool]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import textwrap
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -111,9 +113,6 @@ def _class_is_meter(model: FileModel, info) -> bool:
     the file (read with Python's ``ast``), memoised per class."""
     key = ("meter", id(info.node))
     if key not in model.memo:
-        import ast
-        import textwrap
-
         try:
             node = ast.parse(textwrap.dedent(model.module.code_for_node(info.node))).body[0]
         except (SyntaxError, IndexError):
