@@ -137,3 +137,37 @@ class G(Function):
         return grad * ctx.x.exp()
 """
     assert lines(src) == []
+
+
+def test_branch_where_a_type_guard_says_no_tensor_is_silent():
+    # torch-ngp's loss: a tensor interval is saved, a number is kept on ctx
+    body = """        if torch.is_tensor(alpha):
+            ctx.save_for_backward(x, alpha)
+            ctx.alpha = None
+        else:
+            ctx.save_for_backward(x)
+            ctx.alpha = alpha
+        if not isinstance(dim, torch.Tensor):
+            ctx.dim = dim
+        elif isinstance(dim, (int, float)):
+            ctx.dim2 = dim
+        else:
+            ctx.dim3 = dim
+        return x.exp()
+"""
+    assert lines(fn(body, "ctx.alpha * ctx.dim * ctx.dim2 * ctx.dim3")) == []
+
+
+def test_branch_where_a_type_guard_says_tensor_is_flagged():
+    body = """        ctx.save_for_backward(alpha)
+        if torch.is_tensor(alpha):
+            ctx.alpha = alpha
+        if isinstance(x, float) or isinstance(x, torch.Tensor):
+            ctx.x = x
+        if isinstance(x, int):
+            pass
+        else:
+            ctx.y = x
+        return x.exp()
+"""
+    assert lines(fn(body, "ctx.alpha * ctx.x * ctx.y")) == [8, 10, 14]

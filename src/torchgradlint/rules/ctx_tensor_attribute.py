@@ -9,6 +9,7 @@ import libcst as cst
 from ..analysis.model import Assign, FileModel, Scope, _Located
 from ..analysis.names import dotted_name
 from ..analysis.tree import walk
+from ..analysis.type_guards import not_a_tensor_at
 from ..registry import Finding, Rule
 
 #: qualified names of ``torch.autograd.Function`` (and its in-place variant)
@@ -127,6 +128,8 @@ class _Forward:
         if isinstance(node, (cst.Tuple, cst.List)):
             return any(self.is_tensor(e.value, at, depth + 1) for e in node.elements)
         if isinstance(node, cst.Name):
+            if not_a_tensor_at(self.model, node.value, at):
+                return False  # ``else`` of ``if torch.is_tensor(x):``, ``if isinstance(x, float):``
             if node.value in self.tensor_params:
                 binding = self.model.reaching_binding(node.value, at)
                 return binding is None or binding.kind == "param" or self._bound_tensor(binding, depth)
