@@ -755,3 +755,98 @@ for epoch in range(10):
     assert d.line == 15 and "every activation" not in d.message
     [d] = diags(src.format(retain="retain_graph=True"))
     assert "every activation" in d.message
+
+
+ROLLOUT = """
+import torch
+from torch.distributions import Categorical
+
+
+def train(model, env, optimizer, steps):
+    state = env.reset()
+    for episode in range(100):
+        values = []
+        log_probs = []
+        for _ in range(steps):
+            logits, value = model(state)
+            values.append(value)
+            dist = Categorical(logits=logits)
+            action = dist.sample()
+            log_probs.append(dist.log_prob(action))
+            state = env.step(action)
+        {after}
+        loss = model.update(values, log_probs)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def rollout(after: str) -> str:
+    return ROLLOUT.replace("{after}", textwrap.indent(textwrap.dedent(after), " " * 8).strip())
+
+
+def test_rollout_lists_detached_after_the_loop_are_flagged():
+    # PPO's rollout with grad enabled (Super-mario-bros-PPO): every step's graph lives until the detach
+    src = rollout("""
+        values = torch.cat(values).detach()
+        log_probs = [lp.detach() for lp in log_probs]
+        n = len(values)
+    """)
+    assert lines(src) == [13, 16]
+    assert diags(src)[0].message.endswith("with its graph and saved activations until the loop ends")
+
+
+def test_rollout_lists_read_with_their_graphs_are_silent():
+    # REINFORCE backpropagates through the stored log-probabilities; an RNN unrolled by hand
+    # returns its outputs; a list also read whole keeps its graphs on purpose
+    assert lines(rollout("""
+        values = torch.cat(values)
+        log_probs = torch.cat(log_probs).detach()
+        log_probs = log_probs + torch.stack(log_probs).sum()
+    """).replace("log_probs = log_probs +", "values = values +")) == [16]
+    assert lines(rollout("""
+        values = torch.cat(values).detach()
+        log_probs = torch.stack(log_probs)
+    """)) == [13]
+    assert lines(rollout("""
+        for v in values:
+            print(v.detach())
+        log_probs = torch.stack(log_probs).detach()
+    """)) == [16]
+
+
+def test_rollout_under_no_grad_is_silent():
+    src = rollout("""
+        values = torch.cat(values).detach()
+        log_probs = torch.cat(log_probs).detach()
+    """).replace("            logits, value = model(state)",
+                 "            with torch.no_grad():\n                logits, value = model(state)")
+    assert lines(src) == []
+
+
+def test_distribution_log_prob_holds_the_graph_of_its_parameters():
+    # REINFORCE's update keeps it: the stored log-probabilities are backpropagated
+    src = """
+    import torch
+    from torch.distributions import Categorical
+
+    def run(policy, env, optimizer):
+        for episode in range(100):
+            log_probs = []
+            for t in range(200):
+                dist = Categorical(policy(env.state()))
+                action = dist.sample()
+                log_probs.append(dist.log_prob(action))
+                env.step(action)
+            loss = -torch.stack(log_probs).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            history = []
+            for t in range(200):
+                dist = Categorical(policy(env.state()))
+                history.append(dist.entropy())
+            mean_entropy = torch.stack(history).mean().item()
+    """
+    assert lines(src) == [20]

@@ -930,6 +930,10 @@ class _Evaluator:
                 return _CONST
             if meth in torch_api.DISTRIBUTION_SAMPLE_METHODS and self._distribution(func.value, at):
                 return Provenance(State.DETACHED, explicit=(node,))  # ``Normal(mu, std).sample()``
+            if meth in torch_api.DISTRIBUTION_GRAPH_METHODS and self._distribution(func.value, at):
+                # ``Categorical(probs).log_prob(a)``: computed from the distribution's parameters
+                return self._op(at, [self.expr(func.value, at, depth + 1),
+                                     *(self.expr(v, at, depth + 1) for v in _arg_values(node))], node)
             if meth == "requires_grad_":
                 return Provenance(State.ATTACHED)
             if meth in torch_api.SCALER_PASS_THROUGH and "scaler" in (dotted_name(func.value) or "").lower() \

@@ -19,7 +19,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import FileModel, Scope
+from .model import Assign, FileModel, Scope
 from .tree import iter_children, walk
 
 # Fields of these nodes that bind the names of the ``Name`` (or tuple of names) they hold.
@@ -117,8 +117,8 @@ def _count(node: cst.CSTNode) -> int:
 def binding_never_read(model: FileModel, statement: cst.CSTNode, name: str, scope: Scope) -> bool:
     """Whether the value the simple statement ``statement`` binds to ``name``
     is never read: every read of ``name`` in ``scope`` lies in a simple
-    statement of the scope (not a compound statement's header, not a nested
-    function) where no binding made by ``statement`` reaches (``output =
+    statement of the scope or the header of a ``for``/``while``/``if`` (not
+    a nested function) where no binding made by ``statement`` reaches (``output =
     model(x)`` in a statistics pass, and an evaluation loop after it that
     binds ``output`` again before reading it). Conservative: a read that
     cannot be placed counts as a read of this binding."""
@@ -128,13 +128,8 @@ def binding_never_read(model: FileModel, statement: cst.CSTNode, name: str, scop
     mine = [a for a in model.assigns_in_scope(scope) if a.statement is statement and a.binds(name)]
     if len(mine) != 1:
         return False
-    facts: dict[int, list] = {}
-    for f in [*model.calls_in_scope(scope), *model.assigns_in_scope(scope)]:
-        if isinstance(f.statement, cst.BaseSmallStatement):
-            facts.setdefault(id(f.statement), [f.statement]).append(f)
     placed = 0
-    for group in facts.values():
-        stmt, located = group[0], group[1:]
+    for stmt, located in _statement_groups(model, scope):
         n = _reads_in(stmt, name)
         if not n:
             continue
@@ -144,6 +139,26 @@ def binding_never_read(model: FileModel, statement: cst.CSTNode, name: str, scop
     return placed == reads
 
 
+def _statement_groups(model: FileModel, scope: Scope) -> list[tuple[cst.CSTNode, list]]:
+    """The places of ``scope`` where its reads can be told apart, each with
+    the calls and bindings located there: every simple statement, and the
+    header of a ``for`` (its iterable), ``while`` or ``if`` (its test), whose
+    facts the model places at the compound statement."""
+    groups: dict[int, tuple[cst.CSTNode, list]] = {}
+    for f in [*model.calls_in_scope(scope), *model.assigns_in_scope(scope)]:
+        stmt = f.statement
+        if isinstance(stmt, cst.BaseSmallStatement):
+            node: cst.CSTNode = stmt
+        elif isinstance(stmt, cst.For):
+            node = stmt.iter
+        elif isinstance(stmt, (cst.While, cst.If)):
+            node = stmt.test
+        else:
+            continue
+        groups.setdefault(id(stmt), (node, []))[1].append(f)
+    return list(groups.values())
+
+
 def _reads_in(stmt: cst.CSTNode, name: str) -> int:
     """Reads of ``name`` inside the simple statement ``stmt`` (binding targets excluded)."""
     bound: set[int] = set()
@@ -151,3 +166,69 @@ def _reads_in(stmt: cst.CSTNode, name: str) -> int:
         for field in _BINDING_FIELDS.get(type(node), ()):
             bound.update(id(n) for n in _targets(getattr(node, field)))
     return sum(1 for n in walk(stmt) if isinstance(n, cst.Name) and n.value == name and id(n) not in bound)
+
+
+def _detaching_reads(model: FileModel, stmt: cst.CSTNode, name: str) -> int:
+    """Reads of the list ``name`` in ``stmt`` whose every element is detached
+    on the spot: ``torch.cat(name).detach()`` (any of
+    :data:`~torchgradlint.analysis.torch_api.CONCAT_FUNCTIONS`, through
+    ``.cpu()``/``.float()``..., ending in ``.detach()``/``.item()``/
+    ``.tolist()``/``.numpy()`` or ``.data``) and ``[v.detach() for v in name]``."""
+    from .torch_api import CONCAT_FUNCTIONS, DETACHING_METHODS
+
+    count = 0
+    for node in walk(stmt):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in DETACHING_METHODS:
+            inner: cst.BaseExpression = node.func.value
+        elif isinstance(node, cst.Attribute) and node.attr.value == "data":
+            inner = node.value
+        elif isinstance(node, (cst.ListComp, cst.GeneratorExp)) and isinstance(node.for_in.iter, cst.Name) \
+                and node.for_in.iter.value == name and node.for_in.inner_for_in is None and not node.for_in.ifs:
+            elt = node.elt
+            if isinstance(elt, cst.Call) and isinstance(elt.func, cst.Attribute) \
+                    and elt.func.attr.value in DETACHING_METHODS and isinstance(elt.func.value, cst.Name) \
+                    and elt.func.value.deep_equals(node.for_in.target):
+                count += 1
+            continue
+        else:
+            continue
+        while isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
+                and model.qualname(inner.func) not in CONCAT_FUNCTIONS:
+            inner = inner.func.value  # ``.mean()``, ``.cpu()``, ``.view(-1)``... before the detaching call
+        if isinstance(inner, cst.Call) and model.qualname(inner.func) in CONCAT_FUNCTIONS and inner.args \
+                and isinstance(inner.args[0].value, cst.Name) and inner.args[0].value.value == name:
+            count += 1
+    return count
+
+
+def read_only_detached(model: FileModel, binding: "Assign", name: str, stores: set[int]) -> bool:
+    """Whether the list ``binding`` binds to ``name`` is read, besides the
+    stores into it (the simple statements ``stores``, by ``id``) and
+    ``len(name)``, only to detach every element (:func:`_detaching_reads`),
+    at least once: PPO rollouts that append each step's ``value`` and
+    ``log_prob`` with their graphs, then take ``torch.cat(values).detach()``
+    after the loop. Reads reached by later bindings of ``name`` do not count;
+    conservative: a read that cannot be placed in a simple statement or a
+    ``for``/``while``/``if`` header of ``binding``'s scope (a ``with`` item,
+    a nested function) is a read that keeps the graph."""
+    scope = binding.scope
+    reads = sum(1 for s in _reads(model).get(name, ()) if s is scope.node)
+    placed = detached = 0
+    for stmt, located in _statement_groups(model, scope):
+        n = _reads_in(stmt, name)
+        if not n:
+            continue
+        placed += n
+        if not any(binding in model.reaching_bindings(name, f) for f in located):
+            continue  # a later binding's value
+        if id(stmt) in stores:
+            continue
+        lengths = sum(1 for node in walk(stmt) if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+                      and node.func.value == "len" and len(node.args) == 1
+                      and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == name)
+        d = _detaching_reads(model, stmt, name)
+        if d + lengths < n:
+            return False
+        detached += d
+    return placed == reads and detached > 0

@@ -65,6 +65,9 @@ DETACHING_METHODS = frozenset({"item", "tolist", "detach", "numpy"})
 # ``torch.distributions.Distribution.sample`` draws under ``torch.no_grad()`` (``rsample`` is the
 # reparameterised, differentiable draw): its result holds no graph.
 DISTRIBUTION_SAMPLE_METHODS = frozenset({"sample", "sample_n"})
+# Methods of a ``torch.distributions`` object computed from its parameters (differentiable in them):
+# ``Categorical(logits=l).log_prob(a)`` holds the graph of ``l``.
+DISTRIBUTION_GRAPH_METHODS = frozenset({"log_prob", "entropy", "rsample", "cdf", "icdf", "perplexity"})
 # In-place detach cuts the path too.
 DETACH_IN_PLACE = frozenset({"detach_"})
 # Builtins whose result is a plain Python value.

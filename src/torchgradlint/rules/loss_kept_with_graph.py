@@ -20,6 +20,7 @@ from ..analysis.provenance import (
     provenance,
     returned_names,
 )
+from ..analysis.reads import read_only_detached
 from ..analysis.training import iterates_data, loop_trains
 from ..analysis.steps import backward_call, optimizer_step
 from ..analysis.meters import METER_CLASS_NAME, METER_UPDATE, update_accumulates
@@ -161,7 +162,12 @@ accumulator bound outside the loop or on `self`; and
 ImageNet example's `AverageMeter`, whose `update` adds its argument into a
 running sum: a class of the file or of the project whose `update` does
 `self.sum += val * n`, or a class from elsewhere named like the idiom's,
-`AverageMeter`/`AvgMeter`).
+`AverageMeter`/`AvgMeter`). A list filled in any loop (an environment
+rollout's steps, too) and then read only to detach every element
+(`torch.cat(values).detach()`, `[v.detach() for v in values]`,
+`torch.stack(values).mean().item()`) is flagged as well: each step's graph
+was kept until the loop ended for nothing. A `torch.distributions` object's
+`log_prob`, `entropy` and `rsample` hold the graph of its parameters.
 
 ## Why is this bad?
 A tensor keeps its whole autograd graph alive. When `backward()` runs every
@@ -173,8 +179,9 @@ chains every step's graph into one ever-growing graph.
 
 Storing `loss.item()`, `loss.detach()` or `float(loss)`, storing under
 `torch.no_grad()`/`torch.inference_mode()`, and a list or sum that is later
-backpropagated on purpose (`torch.stack(losses).sum().backward()`) are not
-flagged.
+backpropagated on purpose (`torch.stack(losses).sum().backward()`, REINFORCE's
+`-torch.stack(log_probs).sum()`) are not flagged, nor are the outputs of an RNN
+unrolled by hand over sequence positions and used as they are.
 
 ## Example
 ```python
@@ -422,6 +429,26 @@ step.
         return any(loop_trains(model, outer) or iterates_data(model, outer)
                    for outer in s.fact.loops if not outer.contains(since))
 
+    @staticmethod
+    def _detached_after_loop(model: FileModel, s: _Store) -> bool:
+        """Whether the store appends into a list bound empty in the same
+        function before the store's loop, and every later read of that list
+        detaches all of its elements (``torch.cat(values).detach()``): each
+        step's graph is kept until the loop ends and then dropped unused, so
+        the loop's memory grows with its length for nothing (a PPO rollout
+        run with grad enabled). This holds whatever the loop walks (an
+        environment's steps), unlike :meth:`_step_loop`."""
+        loop = s.fact.loop
+        if loop is None or s.kind != "append" or s.container.startswith("self.") or "." in s.container:
+            return False
+        bound = [b for b in model.reaching_bindings(s.container, s.fact) if b.order < loop.order]
+        if len(bound) != 1 or bound[0].scope is not s.fact.scope or bound[0].kind != "assign" \
+                or not isinstance(bound[0].value, cst.List) or bound[0].value.elements:
+            return False
+        stores = {id(f.statement) for f in model.calls_in_scope(s.fact.scope)
+                  if f.receiver_text == s.container and f.method in STORE_METHODS}
+        return read_only_detached(model, bound[0], s.container, stores)
+
     # -- fix ------------------------------------------------------------------------
     def _fix(self, model: FileModel, s: _Store, value: cst.BaseExpression):
         if not isinstance(value, cst.Name) or s.kind == "subscript" or s.container.startswith("self."):
@@ -475,16 +502,19 @@ step.
                 continue
             if not self._persists(model, s) or self._loop_over_callables(model, s):
                 continue
-            if s.container in backpropagated_names(model, scope):  # memoised per file
-                continue
-            if s.container in returned_names(model, scope) and not self._result_discarded(model, scope) \
-                    and not all(freed_by_backward(model, v, s.fact) for v in s.values):
-                continue  # the caller may backpropagate the returned container on purpose
-            if s.container.startswith("self.") and any(
-                    s.container in backpropagated_names(model, sc) for sc in model.scopes):
-                continue
-            if not self._step_loop(model, s):
-                continue
+            # every read of the list detaches it: no backward goes through it, whatever the loop walks
+            dropped = self._detached_after_loop(model, s)
+            if not dropped:
+                if s.container in backpropagated_names(model, scope):  # memoised per file
+                    continue
+                if s.container in returned_names(model, scope) and not self._result_discarded(model, scope) \
+                        and not all(freed_by_backward(model, v, s.fact) for v in s.values):
+                    continue  # the caller may backpropagate the returned container on purpose
+                if s.container.startswith("self.") and any(
+                        s.container in backpropagated_names(model, sc) for sc in model.scopes):
+                    continue
+                if not self._step_loop(model, s):
+                    continue
             if self._within_one_step(model, s) and all(self._freed_in_step(model, v, s) for v in s.values):
                 continue  # micro-batches of one optimizer step, each backpropagated: nothing outlives the step
             for value in s.values:
@@ -512,6 +542,11 @@ step.
                 elif s.kind == "accumulate":
                     msg = (f"`{s.container}` accumulates {shown} with {what} across iterations, so memory grows "
                            f"every step; accumulate `{_item_of(model, value)}.item()` (or `.detach()`) instead")
+                elif dropped:
+                    kept = "its graph" if scalar or freed else "its graph and saved activations"
+                    msg = (f"{shown} is stored in `{s.container}` with {kept} until the loop ends: the list is "
+                           f"detached only after the loop, so every step's graph stays alive and memory grows with "
+                           f"the loop's length; store `.detach()` (or run the loop under `torch.no_grad()`) instead")
                 else:
                     held = s.container
                     if isinstance(s.fact, Call) and isinstance(s.fact.receiver, cst.Subscript):
