@@ -1815,3 +1815,72 @@ def test_a_gated_forward_under_no_grad_is_judged_by_the_call():
     src = GATED.replace("for x, y in test_data:\n    pred = model({args}).max(1)[1]",
                         "with torch.no_grad():\n    a = model(x)\nwith torch.no_grad():\n    b = model(x, True)")
     assert lines(src.format(extra="", ret="h"), header=False) == [27]
+
+
+PLAIN_CLASS = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
+class Tester{base}:
+    def __init__(self, path):
+        self.net = Net()
+        self.net.load_state_dict(torch.load(path))
+        {setup}
+
+    def test(self, x):
+        with torch.no_grad():
+            out = self.net(x)
+        return out
+{extra}
+"""
+
+
+@pytest.mark.parametrize("base, setup, extra, flagged", [
+    ("", "", "", True),  # a tester that loads weights and never calls eval()
+    ("(object)", "self.net.train()", "", True),  # a switch to training mode is no switch to eval
+    ("(nn.Module)", "", "", False),  # a submodule follows the mode its caller sets on the parent
+    ("(Base)", "", "", False),  # a base of another file may be an nn.Module
+    ("", "self.net.eval()", "", False),
+    ("", "self.net.train(False)", "", False),
+    ("", "self.nets = [self.net]\n        for n in self.nets:\n            n.eval()", "", False),
+    ("", "getattr(self, 'net').eval()", "", False),
+    ("", "", "t = Tester('w.pt')\nt.net.eval()", False),  # switched by the file's own code
+])
+def test_a_module_built_by_a_plain_class_is_in_training_mode_in_its_methods(base, setup, extra, flagged):
+    src = PLAIN_CLASS.format(base=base, setup=setup, extra=extra)
+    if base == "(Base)":
+        src = src.replace("from torch import nn", "from torch import nn\nfrom base import Base")
+    assert bool(lines(src, header=False)) is flagged
+
+
+def test_a_pretrained_module_forwarded_once_is_evaluated_not_initialised():
+    # a dummy forward initialises lazy modules of a fresh model; a model-zoo or loaded model has
+    # no lazy modules left: its training-mode forward rewrites the pretrained batch-norm statistics
+    assert lines("""
+import torch
+import torchvision
+clf = torchvision.models.resnet18(weights="DEFAULT")
+with torch.no_grad():
+    scores = clf(batch)
+""", header=False) == [6]
+    assert lines("""
+with torch.no_grad():
+    out = model(x_val)
+optimizer = torch.optim.Adam(model.parameters())
+""") == []
+    assert lines("""
+model.load_state_dict(torch.load("w.pt"))
+with torch.no_grad():
+    out = model(x_val)
+""") == [4]

@@ -1913,9 +1913,19 @@ def _pretrained_loads(model: FileModel, scope: Scope, text: str) -> dict[int, st
 
 def _attribute_state(model: FileModel, scope: Scope, text: str) -> frozenset[str]:
     """The mode a module attribute ``self.x`` may be in when a method with
-    no same-file caller (``forward``, a hook) starts: the mode its
-    construction in the class left it in, when no code of the file ever
-    switches it (an ``.eval()`` in setup code counts as a switch)."""
+    no same-file caller (``forward``, a hook, an agent's ``act``) starts:
+    the mode its construction in the class left it in, when no code of the
+    file ever switches it (an ``.eval()`` in setup code counts as a switch).
+
+    Two constructions are evidence: a pretrained backbone from a model zoo,
+    and any module built by a plain class (one that is no ``nn.Module``,
+    whose bases are all same-file plain classes: a trainer, a tester, an
+    agent). A submodule of an ``nn.Module`` follows the mode its caller sets
+    on the parent; a plain class's module is switched only by calls on it,
+    so with none that may put it in eval mode anywhere in the file (and no
+    ``.eval()`` on a computed receiver, ``getattr(self, name).eval()``, or
+    on a loop variable, in the class) it is in training mode wherever the
+    class uses it."""
     fn = model.enclosing_function(scope)
     if fn is None or fn.class_name is None:
         return frozenset()
@@ -1928,16 +1938,52 @@ def _attribute_state(model: FileModel, scope: Scope, text: str) -> frozenset[str
         kinds |= set(_constructions(model, method, text).values())
         zoo = zoo or any(a.kind in ("assign", "annassign") and constructor_kind(model, a.value) == "zoo"
                          for a in model.bindings_of(text, method))
-    if kinds != {BUILT} or not zoo:
-        # Only a pretrained backbone from a model zoo is evidence: a submodule
-        # of the class itself follows the mode its caller sets on the parent.
+    if kinds != {BUILT}:
+        return frozenset()
+    plain = not zoo and _plain_class(model, info.name)
+    if not zoo and not plain:
         return frozenset()
     attr = text.split(".", 1)[1]
+    cls_scope = next((sc for sc in model.scopes if sc.kind == "class" and sc.node is info.node), None)
     for call in model.calls:
         recv = call.receiver_text or ""
         if call.method in ("eval", "train", "requires_grad_") and (recv == text or recv.endswith("." + attr)):
+            if plain and call.method == "train" and _to_training(call):
+                continue  # ``self.net.train()``: still training mode
             return frozenset()  # switched somewhere: the mode at this point cannot be told
+        if plain and call.method in ("eval", "train") and cls_scope is not None and cls_scope.contains(call.order) \
+                and not _to_training(call) and _unclear_receiver(model, call):
+            return frozenset()  # ``for net in self.nets: net.eval()``: may be this module
     return frozenset({BUILT})
+
+
+def _to_training(call: Call) -> bool:
+    """``m.train()`` / ``m.train(True)``: a switch to training mode."""
+    args = call.node.args
+    return call.method == "train" and (not args or len(args) == 1 and is_literal(args[0].value, True))
+
+
+def _unclear_receiver(model: FileModel, call: Call) -> bool:
+    """Whether the receiver of a mode switch may be any module: computed
+    (``getattr(self, "net" + name)``, ``self.nets[i]``) or a name not bound
+    to a ``self`` attribute (a loop variable, a parameter)."""
+    recv = call.receiver_text
+    if not recv:
+        return True
+    if recv.startswith("self."):
+        return False
+    bindings = model.reaching_bindings(recv.split(".")[0], call)
+    return not bindings or any(not (b.kind in ("assign", "annassign") and not b.unpacked
+                                    and (dotted_name(b.value) or "").startswith("self.")) for b in bindings)
+
+
+def _plain_class(model: FileModel, name: str, depth: int = 0) -> bool:
+    """Whether the same-file class ``name`` is no ``nn.Module``: it has no
+    bases but ``object`` and same-file plain classes."""
+    info = model.classes.get(name)
+    if info is None or depth > 5 or name in module_classes(model):
+        return False
+    return all(b == "object" or (b in model.classes and _plain_class(model, b, depth + 1)) for b in info.bases)
 
 
 def may_be_training(model: FileModel, call: Call, text: str) -> bool:
@@ -2153,8 +2199,13 @@ def initialises_fresh_module(model: FileModel, call: Call, text: str) -> bool:
     module built and never trained yet whose output is never read
     (``with torch.no_grad(): out = model(x)`` to initialise lazy modules, as
     PyTorch Geometric's examples do before building the optimizer): it
-    evaluates nothing, and nothing trained can be spoiled yet."""
-    return not modes_at(model, call, text) - {BUILT} and output_discarded(model, call)
+    evaluates nothing, and nothing trained can be spoiled yet. A module that
+    holds weights already (a model-zoo model, a loaded state dict or
+    checkpoint: :func:`_has_weights`) has nothing lazy to initialise: a
+    forward of it in training mode is a (warm-up) evaluation whose batch
+    norm still rewrites the pretrained running statistics."""
+    return not modes_at(model, call, text) - {BUILT} and output_discarded(model, call) \
+        and not _has_weights(model, call, text)
 
 
 def recalibrates_statistics(model: FileModel, call: Call, text: str) -> bool:

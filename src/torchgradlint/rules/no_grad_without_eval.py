@@ -54,7 +54,10 @@ may still be in training mode: the module was trained (it took part in a
 backward or an optimizer step) or `.train()`-ed earlier in the same function
 or loop — including later in an enclosing loop body, which runs before the
 next iteration — or, for an evaluation helper, a same-file caller trained it
-and did not call `.eval()` first. A `.eval()` in a branch the call is not in
+and did not call `.eval()` first. A module is in training mode from its
+construction too: a model-zoo backbone or a module built by a plain class (a
+trainer, tester or agent that is no `nn.Module`) is reported in the class's
+methods when no code of the file may switch it to eval mode. A `.eval()` in a branch the call is not in
 (`if (epoch + 1) % k == 0: model.eval()` inside the epoch loop, then a final
 test after it) leaves the modes before it possible too; an `if`/`else` that
 sets the mode in every branch, `if model is not None:`, `if isinstance(model,
@@ -82,7 +85,9 @@ training-mode forward on a training-like batch, not an evaluation on held-out
 data. With dropout in the generator it is still reported. A dummy forward of
 a module built and not trained yet whose output is never read (`with
 torch.no_grad(): out = model(data)` to initialise lazy modules, as PyTorch
-Geometric's examples write it) evaluates nothing and is not reported either;
+Geometric's examples write it) evaluates nothing and is not reported either
+(unless the module holds weights already: a model-zoo model or a loaded
+state dict has nothing lazy to initialise);
 nor is a pass over the data whose outputs are summed into a loss that is
 backpropagated after the loop (an auxiliary loss over the whole training
 set). PyTorch Geometric's `GCN`/`GraphSAGE`/`GIN`/`GAT`/`PNA`/`EdgeCNN`
