@@ -178,6 +178,23 @@ def test_reaching_binding_requires_dominance():
     assert binding is not None and isinstance(binding.value, cst.Call)
 
 
+@pytest.mark.parametrize("branches, reaching", [
+    ("if gpu:\n    out = b()\nelse:\n    out = c()", ["b()", "c()"]),  # every branch binds
+    ("if gpu:\n    out = b()\nelif cpu:\n    out = c()\nelse:\n    out = d()", ["b()", "c()", "d()"]),
+    ("if gpu:\n    out = b()", ["a()", "b()"]),  # no else: a() may reach
+    ("if gpu:\n    out = b()\nelif cpu:\n    out = c()", ["a()", "b()", "c()"]),
+    ("if gpu:\n    out = b()\nelse:\n    pass", ["a()", "b()"]),
+    ("if gpu:\n    out = b()\nelse:\n    if x:\n        out = c()", ["a()", "b()", "c()"]),
+])
+def test_reaching_bindings_stop_at_an_if_chain_that_binds_in_every_branch(branches, reaching):
+    # pytorch-relation-extraction: ``out = model(x)``, then ``out = out...tolist()`` on either device
+    src = ("for data in loader:\n    out = a()\n" + textwrap.indent(branches, "    ")
+           + "\n    for r in range(3):\n        use(out)\n")
+    m = model_of(src)
+    found = m.reaching_bindings("out", call(m, "use"))
+    assert [m.module.code_for_node(b.value) for b in found] == reaching
+
+
 def test_targets_unpacking_subscript_and_augassign():
     m = model_of("""
         out, (h, c) = rnn(x)

@@ -398,13 +398,19 @@ class FileModel:
         # reads the previous ``h``), so its own binding does not reach reads in it.
         before = [a for a in mine if a.order < at.order and a.statement is not at.statement]
         out: list[Assign] = []
-        must: Optional[Assign] = None
+        must: Optional[_Located] = None
         for a in reversed(before):
-            out.append(a)
+            if a not in out:
+                out.append(a)
             if self.certainly_reaches(a, at):
                 must = a
                 break
-        out.reverse()
+            every = self._every_branch_binds(a, text, before, at)
+            if every:
+                out += [b for b in every if b not in out]
+                must = a  # ``if gpu: out = x.cpu() else: out = x.numpy()``: one of them reaches
+                break
+        out.sort(key=lambda b: b.order)
         for loop in at.loops:
             if must is not None and loop.contains(must.order):
                 continue  # the next iteration rebinds it before ``at`` again
@@ -417,6 +423,37 @@ class FileModel:
                 if self.always_runs_in(loop, a):
                     break
         return out
+
+    def _every_branch_binds(self, a: Assign, text: str, before: list[Assign], at: _Located) -> list[Assign]:
+        """When ``a`` sits directly in a branch of an ``if``/``elif``/``else``
+        chain that has an ``else``, runs before ``at`` whenever ``at`` runs
+        (``at`` follows the chain in its suite or one nested in it), and binds
+        ``text`` directly in every branch: those bindings (one of them
+        certainly reaches ``at``); else an empty list."""
+        if len(a.blocks) < 2 or a.scope is not at.scope:
+            return []
+        parent, branch = a.blocks[-2], a.blocks[-1]
+        chain = next((st for st in getattr(parent, "body", ()) if isinstance(st, cst.If)
+                      and any(x is branch for x in if_branches(st))), None)
+        if chain is None:
+            return []
+        rest = chain.orelse
+        while isinstance(rest, cst.If):
+            rest = rest.orelse
+        if rest is None:
+            return []  # no ``else``: the chain may bind nothing
+        n = len(a.blocks) - 1
+        branches = if_branches(chain)
+        if len(at.blocks) < n or any(x is not y for x, y in zip(at.blocks[:n], a.blocks[:n])) \
+                or any(x is br for br in branches for x in at.blocks):
+            return []  # ``at`` is not after the chain in an enclosing suite
+        found: list[Assign] = []
+        for br in branches:
+            hit = [b for b in before if b.blocks and b.blocks[-1] is br]
+            if not hit:
+                return []
+            found += hit
+        return found
 
     def exclusive(self, a: _Located, b: _Located) -> bool:
         """Whether ``a`` and ``b`` sit in different branches of one ``if``
