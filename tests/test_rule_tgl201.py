@@ -1884,3 +1884,27 @@ model.load_state_dict(torch.load("w.pt"))
 with torch.no_grad():
     out = model(x_val)
 """) == [4]
+
+
+@pytest.mark.parametrize("layer, flagged", [
+    ("nn.Conv2d(3, 3, 3, bias=False, groups=3)", False),  # PyContrast's GaussianBlur: fixed convolutions
+    ("nn.BatchNorm2d(3)", True),
+])
+def test_a_container_of_self_attributes_is_judged_by_what_the_class_binds_to_them(layer, flagged):
+    src = f"""
+import torch
+from torch import nn
+
+
+class GaussianBlur(object):
+    def __init__(self, k):
+        self.blur_h = {layer}
+        self.blur_v = nn.Conv2d(3, 3, kernel_size=(1, k), bias=False, groups=3)
+        self.blur = nn.Sequential(nn.ReflectionPad2d(k // 2), self.blur_h, self.blur_v)
+
+    def __call__(self, img):
+        with torch.no_grad():
+            img = self.blur(img)
+        return img
+"""
+    assert bool(lines(src, header=False)) is flagged

@@ -621,9 +621,10 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
                     at: Optional[int] = None) -> bool:
     """Whether the module-building expression ``node`` may build a module
     whose forward depends on training mode. A layer named by a variable
-    (``nn.Sequential(nn.Linear(2, 5), act, ...)``, ``act()``) counts by
-    what every binding of that name in the file builds (:func:`_bound_values`);
-    anything else that is not a call is unknown, so sensitive. ``at``: the
+    (``nn.Sequential(nn.Linear(2, 5), act, ...)``, ``act()``) or by a ``self``
+    attribute (``self.blur_h``) counts by what every binding of that name in
+    the file builds (:func:`_bound_values`); anything else that is not a call
+    is unknown, so sensitive. ``at``: the
     pre-order index of the binding, for a class the file defines twice."""
     node = unwrap(node)
     if isinstance(node, cst.Lambda):
@@ -637,6 +638,11 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
             return False
         values = _bound_values(model, node.value, seen)
         return values is None or any(_expr_sensitive(model, v, seen | {node.value}) for v in values)
+    text = dotted_name(node) if isinstance(node, cst.Attribute) else None
+    if text and text.startswith("self."):
+        # ``nn.Sequential(pad, self.blur_h, self.blur_v)``: what the class binds to the attribute
+        values = _bound_values(model, text, seen)
+        return values is None or any(_expr_sensitive(model, v, seen | {text}) for v in values)
     if not isinstance(node, cst.Call):
         return True
     qn = model.qualname(node.func) or ""
