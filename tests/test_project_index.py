@@ -755,3 +755,41 @@ def test_a_name_defined_twice_is_outlined_as_its_later_definition():
     out = _agrees(source)
     assert out["symbols"]["LossTracker"][5] is False and out["symbols"]["Meter"][5] is False
     assert project_index.outline(METERS)["symbols"]["LossTracker"][5] is True
+
+
+CONFIGURABLE_BLOCK = """\
+import torch.nn as nn
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, dim, resample=None):
+        super().__init__()
+        if resample == 'down':
+            self.norm = nn.LayerNorm(dim)
+        elif resample == 'up':
+            self.norm = nn.BatchNorm1d(dim)
+        else:
+            raise ValueError(resample)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rb1 = ResidualBlock(4, resample='{which}')
+        self.rb2 = ResidualBlock(4, '{which}')
+
+    def forward(self, x):
+        return self.rb2(self.rb1(x))
+"""
+
+
+@pytest.mark.parametrize("which, expect", [("down", (0, [])), ("up", (1, ["TGL201"]))])
+def test_a_project_class_is_judged_by_the_literal_arguments_of_its_blocks(tmp_path, capsys, which, expect):
+    # improved-wgan-pytorch: the critic's blocks take resample='down' (layer norm), the generator's 'up'
+    write(tmp_path, {"model.py": CONFIGURABLE_BLOCK.replace("{which}", which),
+                     "main.py": TRAIN.format(imports="from model import *", ctor="Net()")})
+    rc, out = check(capsys, "main.py")
+    assert (rc, codes(out)) == expect

@@ -1908,3 +1908,90 @@ class GaussianBlur(object):
         return img
 """
     assert bool(lines(src, header=False)) is flagged
+
+
+CONFIGURED = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim, norm="bn", p=0.0):
+        super().__init__()
+        if norm == "bn":
+            self.norm = nn.BatchNorm1d(dim)
+        elif norm in ("ln", "layer"):
+            self.norm = nn.LayerNorm(dim)
+        else:
+            self.norm = nn.Identity()
+        if not p:
+            self.drop = nn.Identity()
+        else:
+            self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop(self.norm(x))
+
+
+model = {ctor}
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+with torch.no_grad():
+    out = model(x_val)
+print(out)
+"""
+
+
+@pytest.mark.parametrize("ctor, flagged", [
+    ("Block(4)", True),  # the default: batch norm
+    ('Block(4, "ln")', False),
+    ('Block(4, norm="layer")', False),
+    ('Block(4, norm="none")', False),
+    ('Block(4, norm="ln", p=0.1)', True),
+    ('Block(4, norm=kind)', True),  # not a literal
+    ('nn.Sequential(Block(4, "ln"), Block(4, "none"))', False),
+    ('nn.Sequential(Block(4, "ln"), Block(4))', True),
+])
+def test_a_same_file_class_is_judged_by_the_literal_arguments_of_its_construction(ctor, flagged):
+    assert bool(lines(CONFIGURED.format(ctor=ctor), header=False)) is flagged
+
+
+@pytest.mark.parametrize("test, expected", [
+    ("p == 'a'", True), ("p != 'a'", False), ("p == 'b'", False), ("p in ('a', 'b')", True),
+    ("p not in ['a']", False), ("not p", False), ("p and q", None), ("p or q", True), ("q", None),
+    ("p is None", False), ("r is None", True), ("n > 1", None), ("p == other", None),
+])
+def test_literal_arguments_decide_branch_tests(test, expected):
+    import libcst as cst
+
+    from torchgradlint.analysis.class_arguments import decide
+    assert decide(cst.parse_expression(test), {"p": "a", "r": None, "n": 2}) is expected
+
+
+def test_a_checkpoint_path_built_from_a_constant_names_the_saved_model():
+    # improved-wgan-pytorch: ``torch.save(aD, OUTPUT_PATH + "d.pt")`` and, when restoring,
+    # ``aD = torch.load(OUTPUT_PATH + "d.pt")``; ``aD = aD.to(device)`` adds no class
+    src = """
+import torch
+from torch import nn
+OUTPUT_PATH = "./out/"
+if restore:
+    model = torch.load(OUTPUT_PATH + "d.pt")
+else:
+    model = nn.Sequential(nn.Linear(4, 4), nn.{layer}())
+model = model.to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+    torch.save(model, OUTPUT_PATH + "d.pt")
+with torch.no_grad():
+    out = model(x_val)
+print(out)
+"""
+    assert lines(src.format(layer="ReLU"), header=False) == []
+    assert lines(src.format(layer="Dropout"), header=False) == [17]

@@ -67,11 +67,12 @@ measured corpora reaches it: transformers has 4,700 Python files)."""
 MAX_FILE_BYTES = 2 * 1024 * 1024
 """A larger file is not summarised (the largest in the corpora is 1.0 MB)."""
 
-_FORMAT = 7  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns;
+_FORMAT = 8  # 2: entries may hold an outline (``"partial"``); 3: symbols say what a forward returns;
 # 4: symbols say which kinds of mode-dependent layer their own code may hold;
 # 5: a module imported whole (``import modules``) is a dependency by the attributes read on it;
 # 6: a class is judged by the code its forward may reach (:func:`~.analysis.modes.class_code`)
 # 7: symbols say whether a class's ``update`` adds its argument into a running sum (a meter)
+# 8: a class's verdict judges each same-file class it builds by the literal arguments it gives
 # ``@name`` / ``@a.b(...)`` at the start of a line: a decorator, by text.
 _DECORATOR = re.compile(r"^[ \t]*@[ \t]*([A-Za-z_][\w.]*)", re.MULTILINE)
 # Decorators that cannot come from the project.

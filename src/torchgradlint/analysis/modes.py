@@ -42,6 +42,7 @@ import libcst as cst
 from .model import (RECEIVER_METHODS, Assign, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
                     enclosing_ifs, falsy_literal, if_branches, is_literal, is_zero_literal, names_in, param_default,
                     target_element, unwrap)
+from .class_arguments import class_for_arguments, method_arguments
 from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
 from .reads import assigned_names, binding_never_read, never_read
@@ -471,21 +472,8 @@ def _zero_rate_parameters(model: FileModel, call: cst.Call, info: "ClassInfo") -
     construction of the class) fills with a literal zero, by argument or by
     default (``CausalAttention(d_in, d_out, ctx_len, 0.0)``: the dropout rate)."""
     init = info.methods.get("__init__")
-    values = _method_arguments(init.node, call) if init is not None else None
+    values = method_arguments(init.node, call) if init is not None else None
     return frozenset(p.name.value for p, value in values or () if is_zero_literal(value))
-
-
-def _method_arguments(fn: cst.CSTNode,
-                      call: cst.Call) -> "Optional[list[tuple[cst.Param, Optional[cst.BaseExpression]]]]":
-    """Each parameter of the method ``fn`` after ``self`` with the value ``call``
-    gives it (by position or keyword), else its default (``None`` when it has
-    none); ``None`` when ``fn`` is no ``def`` or the call passes ``*args``/``**kwargs``."""
-    if not isinstance(fn, cst.FunctionDef) or any(a.star for a in call.args):
-        return None
-    named = [*fn.params.posonly_params, *fn.params.params][1:]
-    given = {p.name.value: a.value for p, a in zip(named, [a for a in call.args if a.keyword is None])}
-    given.update({a.keyword.value: a.value for a in call.args if a.keyword is not None})
-    return [(p, given.get(p.name.value, p.default)) for p in [*named, *fn.params.kwonly_params]]
 
 
 _IDENTIFIER_CHAR = re.compile(r"[A-Za-z0-9_]")
@@ -533,7 +521,11 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
     project = model.project
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
         if word in model.classes and word != name and word in module_classes(model):
-            if _class_sensitive(model, word, seen):
+            built = _constructions_of(model, node, word) if node is not None else None
+            if built is not None:  # judged by what each construction's literal arguments build
+                if any(_class_sensitive(model, word, set(seen), info, zero) for info, zero in built):
+                    return True
+            elif _class_sensitive(model, word, seen):
                 return True
         target = model.names.aliases.get(word)
         if target and target.split(".")[0] not in ("torch", *_STD_MODULES, *_NUMERIC_MODULES) \
@@ -547,6 +539,26 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
                 and _may_build(code, word) and _outside(model, word) is not False:
             return True  # ``from .layers import Block``: a project definition that may
     return False
+
+
+def _constructions_of(model: FileModel, node: cst.CSTNode,
+                      word: str) -> "Optional[list[tuple[ClassInfo, frozenset[str]]]]":
+    """The same-file class ``word`` as each of its constructions in ``node``
+    builds it (pruned by literal arguments, with its zero-rate parameters),
+    when ``word`` appears in ``node`` only as the callee of constructor calls
+    (``ResidualBlock(..., resample='down')``); else ``None``."""
+    info = model.classes.get(word)
+    if info is None:
+        return None
+    calls, uses = [], 0
+    for n in walk(node):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == word:
+            calls.append(n)
+        elif isinstance(n, cst.Name) and n.value == word:
+            uses += 1
+    if not calls or uses != len(calls):
+        return None
+    return [(class_for_arguments(model, info, c) or info, _zero_rate_parameters(model, c, info)) for c in calls]
 
 
 _ATTRIBUTE_CHAIN = r"(?:\s*\.\s*\w+)+"
@@ -694,7 +706,8 @@ def _expr_sensitive(model: FileModel, node: cst.BaseExpression, seen: frozenset[
     if "." not in qn and last in model.classes:
         info = model.class_at(last, at) if at is not None else model.classes[last]
         zero = _zero_rate_parameters(model, node, info) if info is not None else frozenset()
-        return _class_sensitive(model, last, set(), info, zero)
+        built = class_for_arguments(model, info, node) if info is not None else None
+        return _class_sensitive(model, last, set(), built or info, zero)
     base = _adapted_without_dropout(model, node)
     if base is not None:
         return base in seen or _expr_sensitive(model, cst.parse_expression(base), seen)
@@ -771,7 +784,8 @@ def _saved_to(model: FileModel, load: cst.Call, seen: frozenset[str]) -> Optiona
     """For ``torch.load(path)``, the objects this file itself pickles to
     that path (``torch.save(model, path)``: a notebook's checkpoint restored
     in a later cell is the model it saved), each as the values its name is
-    bound to apart from loads (a load of what was loaded adds no class).
+    bound to apart from loads and rebindings to itself (a load of what was
+    loaded, ``net = net.to(device)``, adds no class).
     ``None`` (unknown) when the path is no literal (nor a name bound to one),
     nothing in the file saves to it, or a saved object's bindings are not all
     visible. PyTorch docs: ``torch.save`` / ``torch.load`` ("Saving and
@@ -791,7 +805,8 @@ def _saved_to(model: FileModel, load: cst.Call, seen: frozenset[str]) -> Optiona
         if values is None:
             return None
         out.extend(v for v in values if not (isinstance(unwrap(v), cst.Call)
-                                             and model.qualname(unwrap(v).func) == "torch.load"))
+                                             and model.qualname(unwrap(v).func) == "torch.load")
+                   and not _rewraps_itself(v, obj.value) and dotted_name(unwrap(v)) != obj.value)
     return out or None
 
 
@@ -816,14 +831,26 @@ def saved_objects(model: FileModel, load: cst.Call) -> Optional[list[tuple[cst.B
 
 def _path_literal(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
     """The text of a string-literal path, directly or through a name every
-    binding of which in the file is that same literal."""
+    binding of which in the file is that same literal; or, for a path built
+    from constants (``OUTPUT_PATH + "discriminator.pt"``, ``str(out / "g.pt")``,
+    an f-string), its code without spaces, when every name in it is bound at
+    most once in the file, by a module-level assignment (or an import): two
+    such paths with the same code name the same file."""
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value if isinstance(node.evaluated_value, str) else None
     if isinstance(node, cst.Name):
         bindings = [a for a in model.assigns if a.binds(node.value)]
         texts = {_path_literal(model, a.value) if a.kind == "assign" and not a.unpacked
                  and isinstance(a.value, cst.SimpleString) else None for a in bindings}
-        return texts.pop() if len(texts) == 1 else None
+        if len(texts) == 1 and None not in texts:
+            return texts.pop()
+    if isinstance(node, (cst.Name, cst.Attribute, cst.BinaryOperation, cst.Call, cst.FormattedString)):
+        for name in {n.value for n in walk(node) if isinstance(n, cst.Name)}:
+            bindings = [a for a in model.assigns if a.binds(name)]
+            if len(bindings) > 1 or bindings and (bindings[0].kind != "assign"
+                                                  or bindings[0].scope is not model.module_scope):
+                return None
+        return "=" + re.sub(r"\s+", "", model.module.code_for_node(node))  # ``=``: no literal path starts so
     return None
 
 
@@ -1161,7 +1188,7 @@ def gated_off_at(model: FileModel, call: Call, text: str) -> bool:
 def _gates_left_off(forward: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
     """The parameters of ``forward`` with a ``False``/``None``/``0`` default
     that ``call`` (of the module, so without ``self``) leaves at such a value."""
-    return frozenset(p.name.value for p, value in _method_arguments(forward, call) or ()
+    return frozenset(p.name.value for p, value in method_arguments(forward, call) or ()
                      if falsy_literal(p.default) and falsy_literal(value))
 
 

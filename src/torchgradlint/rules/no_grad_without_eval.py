@@ -96,7 +96,11 @@ other than 0, a `norm` or `**kwargs`, and so do opacus's `DPLSTM`/`DPGRU`/
 `DPRNN` without a `dropout`; a PEFT model (`get_peft_model(model, config)`) is
 mode-sensitive through its base and the adapter dropout its `peft.*Config`
 gives (0 by default). A class of another project file is judged by its code
-through the project index, kind by kind (dropout, batch-norm statistics).
+through the project index, kind by kind (dropout, batch-norm statistics),
+and a class is judged by what its constructor builds for the literal
+arguments each construction gives it (`ResidualBlock(d, resample='down')`
+whose `__init__` builds `nn.LayerNorm` for `'down'` and `nn.BatchNorm2d`
+otherwise holds no batch norm).
 
 ## Why is this bad?
 `no_grad` only stops autograd from recording the graph; it does not change the
