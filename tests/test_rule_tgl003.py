@@ -270,7 +270,9 @@ def test_reset_after_the_backward_of_each_micro_step_fires():
     {"after": "    optimizer.zero_grad(set_to_none=True)\n"},  # nanoGPT as written: after the step
     {"before": "    optimizer.zero_grad()\n"},  # once per step, before the window
     {"inside": "        if micro_step == 0:\n            optimizer.zero_grad()\n"},  # at the window's start
-    {"window": "len(batch)", "inside": "        optimizer.zero_grad()\n"},  # not an accumulation window
+    # a per-sample loop that keeps each sample's gradients before the next reset
+    {"window": "len(batch)",
+     "inside": "        per_sample.append([p.grad for p in model.parameters()])\n        optimizer.zero_grad()\n"},
     {"inside": "        other_optimizer.zero_grad()\n"},  # another optimizer's gradients
 ])
 def test_nested_near_misses_are_silent(kw):
@@ -311,3 +313,56 @@ def test_a_generator_trained_by_its_own_helper_every_n_critic_steps_is_no_accumu
     # LynnHo/DCGAN-LSGAN-WGAN-GP-DRAGAN-Pytorch: train_G() backpropagates its own loss before it steps
     assert lines(N_CRITIC.format(g_backward="G_loss.backward()")) == []
     assert lines(N_CRITIC.format(g_backward="pass")) == [23]  # a gated helper that only steps: still reported
+
+
+GEN_ITERS = """\
+import torch
+G = torch.nn.Linear(4, 4)
+optimizer_g = torch.optim.Adam(G.parameters())
+GEN_ITERS = 1
+for x in loader:
+    for i in range({iters}):
+        G.zero_grad()
+        cost = G(torch.randn(8, 4)).mean()
+        cost.backward()
+        {extra}
+    optimizer_g.step()
+"""
+
+
+@pytest.mark.parametrize("iters, extra, expected", [
+    ("gen_iters", "", [7]),  # improved-wgan-pytorch: only the last generator pass reaches the step
+    ("3", "", [7]),
+    ("1", "", []),  # one pass: nothing to lose
+    ("GEN_ITERS", "", []),  # a constant 1
+    ("gen_iters", "grads.append([p.grad.clone() for p in G.parameters()])", []),  # per-sample gradients kept
+    ("gen_iters", "torch.nn.utils.clip_grad_norm_(G.parameters(), 1.0)", []),
+])
+def test_a_reset_in_every_pass_of_a_loop_before_one_step_after_it(iters, extra, expected):
+    assert lines(GEN_ITERS.format(iters=iters, extra=extra)) == expected
+
+
+def test_a_loop_whose_helper_resets_and_steps_under_its_own_gate_is_silent():
+    # poutyne's n-batches-per-step fit: the helper resets at a window's start and steps at its end;
+    # the step after the loop only catches a window the last batch left open
+    src = """\
+import torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+def fit_batch(x, n, k):
+    if (n - 1) % k == 0:
+        optimizer.zero_grad()
+    model(x).sum().backward()
+    if n % k == 0:
+        optimizer.step()
+        return True
+    return False
+
+for epoch in range(10):
+    for n, x in enumerate(loader, 1):
+        stepped = fit_batch(x, n, k)
+    if not stepped:
+        optimizer.step()
+"""
+    assert lines(src) == []

@@ -11,7 +11,7 @@ select/ignore and prefilter decisions use it). ``registry.all_rules`` and
 RULES = (
     ('TGL001', 'missing-zero-grad', True, (('backward',), ('step',)), True, False, ''),
     ('TGL002', 'backward-under-no-grad', True, (('backward', 'grad'), ('no_grad', 'inference_mode', 'set_grad_enabled')), False, False, ''),
-    ('TGL003', 'accum-zero-grad', True, (('grad',), ('step', 'accumulate'), ('%', 'accum', 'Accum', 'ACCUM', 'sync_gradients', 'update_freq')), True, False, ''),
+    ('TGL003', 'accum-zero-grad', True, (('grad',), ('step', 'accumulate'), ('%', 'accum', 'Accum', 'ACCUM', 'sync_gradients', 'update_freq', 'backward')), True, False, ''),
     ('TGL004', 'clip-grad-misordered', True, (('clip_grad',),), False, False, ''),
     ('TGL005', 'grad-mode-leak', True, (('set_grad_enabled', '__enter__'),), False, False, 'grad-switch-statement'),
     ('TGL006', 'unregistered-submodule', True, (('__init__',),), False, False, 'unregistered-attribute'),

@@ -142,7 +142,7 @@ class AccumZeroGrad(Rule):
     name = "accum-zero-grad"
     summary = "gradients reset every micro-batch while `step()` runs only every N (accumulation wiped)"
     probe = "discarded-gradients"
-    prefilter = (("grad",), ("step", "accumulate"), ("%", "accum", "Accum", "ACCUM", "sync_gradients", "update_freq"))
+    prefilter = (("grad",), ("step", "accumulate"), ("%", "accum", "Accum", "ACCUM", "sync_gradients", "update_freq", "backward"))
     needs_backward = True
     docs = """
 ## What it does
@@ -156,8 +156,12 @@ outside the step's branch. It checks the nested shape too (nanoGPT and most LLM
 training scripts): an inner loop over the accumulation window (`for micro_step in
 range(gradient_accumulation_steps):`, an iterable that names the accumulation)
 backpropagates on every micro-step, the step follows that loop, and a reset of
-the stepped gradients runs on every micro-step. It also checks for
-`model.zero_grad()` on every iteration inside `with accelerator.accumulate(...)`.
+the stepped gradients runs on every micro-step. An inner loop whose iterable
+names no accumulation counts too (`for i in range(gen_iters):` around a
+generator's reset and backward, its optimizer stepped once after the loop)
+when it may run more than once and reads no gradient in its body. It also
+checks for `model.zero_grad()` on every iteration inside `with
+accelerator.accumulate(...)`.
 
 It stays silent when the reset sits in the step's branch (before or after the
 step), when the step's branch backpropagates before stepping (an actor updated
@@ -174,7 +178,9 @@ and on `optimizer.zero_grad()` of an optimizer returned by
 `gradient_accumulation_steps` (every micro-batch then syncs). In the nested shape
 it stays silent on a reset before the window or after the step (nanoGPT as
 written), on one under a condition inside the window (`if micro_step == 0:`), and
-on an inner loop whose iterable does not name an accumulation (a per-sample loop).
+on an inner loop that names no accumulation and keeps each pass's gradients
+apart (a per-sample loop that reads `.grad`, clips or calls `autograd.grad`) or
+runs once (`range(1)`, `range(GEN_ITERS)` with `GEN_ITERS = 1`).
 
 ## Why is this bad?
 `backward()` adds into `.grad`; accumulation relies on that sum surviving until
@@ -244,26 +250,41 @@ for i, (x, y) in enumerate(loader):
         """The nested shape (nanoGPT, most LLM training scripts): an inner loop over the accumulation
         window (``for micro_step in range(gradient_accumulation_steps):``) backpropagates on every
         iteration, the step follows that loop, and a reset of the stepped gradients runs on every
-        iteration of the inner loop. Only a loop whose iterable names the accumulation vocabulary is
-        a window (a per-sample loop that reads each sample's ``.grad`` is not)."""
+        iteration of the inner loop. A loop whose iterable names the accumulation vocabulary is a
+        window; another loop is one when it may repeat and reads no gradient
+        (:func:`_repeats_without_reading_gradients`: a per-sample loop that reads each sample's
+        ``.grad`` is not)."""
         via = site.via
         for inner in model.loops:
             if inner.scope is not via.scope or not isinstance(inner.node, cst.For) or inner is loop \
                     or not loop.contains(inner.order) or inner.contains(via.order) or inner.end > via.order:
                 continue
-            if not any(_ACCUM_NAME.search(last) for last in _last_names(inner.node.iter)):
+            named = any(_ACCUM_NAME.search(last) for last in _last_names(inner.node.iter))
+            if not named and not _repeats_without_reading_gradients(model, inner):
                 continue
             if not any(c.scope is via.scope and model.always_runs_in(inner, c)
                        and runs_backward(model, c, accumulating_only=True)
                        for c in model.calls_within(inner.order, inner.end)):
                 continue
+            if not named and step_sites(model, inner.order, inner.end):
+                continue  # the loop steps itself (through a helper): its passes are steps, not micro-steps
             for fact in _wiping_resets(model, inner, site, reported):
                 opt = site.step.optimizer or "the optimizer"
-                yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-step of the "
-                                         f"accumulation loop while `{opt}` steps after it",
-                              detail="All but the last micro-step's gradients are thrown away before the step, "
-                                     "so the update sees one micro-batch (divided by the accumulation count); "
-                                     "reset once per step, before the accumulation loop or after the step.")
+                if not named and fact.method != "zero_grad":
+                    continue  # a helper that resets may do so under its own accumulation gate
+                if named:
+                    yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-step of the "
+                                             f"accumulation loop while `{opt}` steps after it",
+                                  detail="All but the last micro-step's gradients are thrown away before the "
+                                         "step, so the update sees one micro-batch (divided by the accumulation "
+                                         "count); reset once per step, before the accumulation loop or after the "
+                                         "step.")
+                    continue
+                yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every iteration of this loop "
+                                         f"while `{opt}` steps once after it",
+                              detail="Each iteration's backward adds gradients that the next iteration's reset "
+                                     "throws away, so the step sees only the last iteration's; reset once, before "
+                                     "the loop, or step inside it.")
 
     @staticmethod
     def _backward_outside(model: FileModel, loop: Loop, gate: cst.CSTNode, via: Call) -> bool:
@@ -315,6 +336,44 @@ for i, (x, y) in enumerate(loader):
                               detail="Accelerate skips a prepared optimizer's `zero_grad()` until the "
                                      "accumulation window is complete, but not a module's: every micro-batch "
                                      "but the last is thrown away; call `optimizer.zero_grad()` instead.")
+
+
+def _repeats_without_reading_gradients(model: FileModel, loop: Loop) -> bool:
+    """Whether an inner loop that names no accumulation (``for i in
+    range(gen_iters):``) still sums its backwards for the step after it: it
+    may run more than once (its iterable is no ``range`` of a literal 1, nor
+    of a name bound only to one), and nothing in its body reads gradients
+    (``.grad``, ``autograd.grad``, gradient clipping, a same-file function
+    whose code reads ``.grad``). A per-sample loop that copies each sample's
+    ``.grad`` before the next reset keeps the iterations apart on purpose."""
+    it = loop.node.iter  # type: ignore[attr-defined]
+    if isinstance(it, cst.Call) and dotted_name(it.func) == "range" and len(it.args) == 1 \
+            and _at_most_one(model, it.args[0].value):
+        return False
+    body = loop.node.body  # type: ignore[attr-defined]
+    for node in walk(body):
+        if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+            return False
+    for c in model.calls_within(loop.order, loop.end):
+        qn = c.qualname or ""
+        if qn in ("torch.autograd.grad", "torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
+                  "torch.nn.utils.clip_grad_norm") or c.method in ("clip_grad_norm_", "clip_grad_value_"):
+            return False
+        for callee in model.resolve_callee(c):
+            if ".grad" in model.module.code_for_node(callee.node):
+                return False
+    return True
+
+
+def _at_most_one(model: FileModel, node: cst.BaseExpression) -> bool:
+    """Whether ``node`` is an integer literal <= 1, or a name every binding of which in the file is one."""
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value) <= 1
+    if isinstance(node, cst.Name):
+        bindings = [a for a in model.assigns if a.binds(node.value)]
+        return bool(bindings) and all(a.kind == "assign" and not a.unpacked and isinstance(a.value, cst.Integer)
+                                      and int(a.value.evaluated_value) <= 1 for a in bindings)
+    return False
 
 
 def _accelerators_never_accumulate(model: FileModel) -> bool:
