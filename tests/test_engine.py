@@ -300,3 +300,33 @@ def test_positions_fall_back_when_the_fast_path_cannot_answer(monkeypatch):
     assert len(calls) == 1
     assert positions.node_ranges(module, {module}, source)[module] == full[module]
     assert len(calls) == 2
+
+
+IPYTHON_SCRIPT = """\
+import torch
+%matplotlib inline
+!pip install -q torchvision
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+losses = []
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss)
+"""
+
+
+def test_a_script_exported_from_a_notebook_is_linted_past_its_ipython_lines(tmp_path):
+    # Coderx7's tutorials: ``.py`` files that keep ``%matplotlib inline`` and shell escapes
+    from torchgradlint.fixes import apply_edits
+    from torchgradlint.registry import all_rules
+
+    result = lint_source(IPYTHON_SCRIPT, "x.py", all_rules())
+    assert [(d.code, d.line) for d in result.diagnostics] == [("TGL101", 12)]
+    fixed = apply_edits(IPYTHON_SCRIPT, [d for d in result.diagnostics if d.fix]).source
+    assert "%matplotlib inline\n!pip install -q torchvision\n" in fixed and "losses.append(loss.item())" in fixed
+    # a real syntax error past the IPython lines is reported where it is
+    broken = lint_source(IPYTHON_SCRIPT.replace("losses = []", "losses = ["), "x.py", all_rules())
+    assert [(d.code, d.line) for d in broken.diagnostics] == [("TGL000", 6)]

@@ -21,7 +21,8 @@ from .limits import DEFAULT_BUDGET, Budget, size_diagnostic
 from .lines import bytes_readline, decode_source, split_lines  # noqa: F401  (decode_source: re-exported)
 from .noqa import NoqaFilter
 from .cells import foreign_spans, in_spans
-from .notebook import JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells
+from .notebook import (JoinedSource, is_notebook, map_to_cells, read_notebook, unparsable_cells,
+                       without_ipython_syntax)
 from .positions import node_ranges
 from .prefilter import FileFacts, candidate_rules
 from .project_index import revived_rules
@@ -228,22 +229,29 @@ def _lint_paused(source: str, path: str, rules: Sequence[type[Rule]], apply_noqa
     if not active:
         return LintResult([], False, [[p, d] for p, d in sorted(used.items())])
     indents: Optional[_ExpandedIndentation] = None
+    text = source  # what LibCST parses: ``source``, or it re-spelled line for line
     try:
         try:
             module = parse_module(source) if parser is None else parser.parse(source, facts.tree)
         except cst.ParserSyntaxError as exc:
             indents = _ExpandedIndentation.for_rejected(source)
-            if indents is None:
+            python = without_ipython_syntax(source) if indents is None else None
+            if indents is None and python is None:
                 return LintResult([_parse_error(source, path, exc)], True)
-            module = parse_module(indents.text)
+            # a notebook exported as a script keeps its magics and shell escapes: lint the Python
+            text = indents.text if indents is not None else python  # type: ignore[assignment]
+            try:
+                module = parse_module(text)
+            except cst.ParserSyntaxError as again:  # the error past the IPython lines (same line numbers)
+                return LintResult([_parse_error(text, path, again)], True)
     except cst.ParserSyntaxError as exc:
         return LintResult([_parse_error(source, path, exc)], True)
     except RecursionError:
         return LintResult([_too_deep(path, "parsed")], True)
     view = project.view(path, module, used) if project is not None else None
     try:
-        diags = _diagnostics(module, indents.text if indents else source, path, active,
-                             facts.built_tree if indents is None else None, view, revivable)
+        diags = _diagnostics(module, text, path, active, facts.built_tree if text is source else None, view,
+                             revivable)
     except RecursionError:  # a rule or position pass that recurses per nesting level
         return LintResult([_too_deep(path, "analysed")], True)
     deps = view.deps() if view is not None else []

@@ -16,6 +16,7 @@ import libcst as cst
 
 from .diagnostics import Diagnostic, Fix
 from .lines import bytes_readline, line_starts, split_lines
+from .notebook import without_ipython_syntax
 
 MAX_ROUNDS = 10
 
@@ -60,11 +61,24 @@ def apply_edits(source: str, diagnostics: Sequence[Diagnostic], unsafe: bool = F
     for lo, hi, d in sorted(chosen, key=lambda t: t[0], reverse=True):
         assert d.fix is not None
         out = out[:lo] + d.fix.replacement + out[hi:]
-    try:
-        cst.parse_module(out)
-    except cst.ParserSyntaxError:
+    if not _parses(out):
         return FixResult(source)
     return FixResult(out, [d for _, _, d in chosen])
+
+
+def _parses(text: str) -> bool:
+    """Whether LibCST parses ``text``, or its Python once its IPython lines
+    are replaced (a notebook exported as a script keeps ``%matplotlib
+    inline`` and ``!pip install``: the engine lints such a file that way)."""
+    for candidate in (text, without_ipython_syntax(text)):
+        if candidate is None:
+            continue
+        try:
+            cst.parse_module(candidate)
+        except cst.ParserSyntaxError:
+            continue
+        return True
+    return False
 
 
 def fix_until_stable(source: str, lint: Callable[[str], Sequence[Diagnostic]], unsafe: bool = False) -> FixResult:

@@ -114,6 +114,28 @@ def _python_lines(cell: str) -> list[str]:
     return out
 
 
+def without_ipython_syntax(source: str) -> Optional[str]:
+    """``source`` (a ``.py`` file, often a notebook exported as a script:
+    ``%matplotlib inline``, ``!pip install ...``) with its IPython syntax
+    replaced line for line as in a code cell (:func:`_python_lines`), every
+    other line and every line break kept as it is, so line numbers, columns
+    and fixes stay those of ``source``; ``None`` when it holds none."""
+    original = split_lines(source, keepends=True)
+    converted = _python_lines(source)
+    if len(converted) != len(original):
+        return None
+    out: list[str] = []
+    changed = False
+    for orig, new in zip(original, converted):
+        body = orig.rstrip("\r\n")
+        if new != body:
+            changed = True
+            out.append(new + orig[len(body):])
+        else:
+            out.append(orig)
+    return "".join(out) if changed else None
+
+
 def _automagic(line: str) -> "Optional[re.Match[str]]":
     """The match of a line IPython runs as a magic without ``%`` (``pip install x``), or ``None``
     (the line also compiles as Python: ``time.sleep(1)`` or ``rm - rf`` stays Python)."""
