@@ -243,3 +243,18 @@ def test_a_list_whose_elements_parameters_are_registered_by_hand_is_registered()
     # kefirski/pytorch_RVAE's Highway: each layer's parameters go through register_parameter
     assert lines(HIGHWAY.format(register="self._add_to_parameters(module.parameters(), 'gate_{}'.format(i))")) == []
     assert lines(HIGHWAY.format(register="print(module)")) == [12]  # the other loop registers only ``linear``
+
+
+@pytest.mark.parametrize("init, fires", [
+    # metehancekic/pytorch-tutorials: slots filled one by one
+    ("self.summers = [None] * 3\nfor i in range(3):\n    self.summers[i] = nn.Linear(4, 1)\n", True),
+    ("self.heads = {}\nfor k in ('a', 'b'):\n    self.heads[k] = nn.Linear(4, 1)\n", True),
+    ("self.summers = 3 * [None]\nself.summers[0] = nn.Linear(4, 1)\n", True),
+    ("self.summers = [None] * 3\nfor i in range(3):\n    self.summers[i] = 0.5 * i\n", False),
+    # dgl's R-GCN: a plain dict of foreign embeddings in one branch, a ModuleDict in the other
+    ("if sparse:\n    self.layers = {}\n    self.layers['a'] = make_foreign()\n"
+     "else:\n    self.layers = nn.ModuleDict()\n    self.layers['a'] = nn.Embedding(4, 2)\n", False),
+])
+def test_layers_stored_into_the_slots_of_a_plain_container(init, fires):
+    attr = init.split(" = ", 1)[0].split(":")[-1].strip()
+    assert bool(lines(cls(init, forward=f"return {attr}[0](x)"))) is fires

@@ -440,10 +440,10 @@ def may_hold_unregistered_attribute(facts: FileFacts) -> bool:
     torch module class (:func:`_may_be_torch_module_class`) assigns to an
     attribute of its first parameter
 
-    - a container display or comprehension (or a local name bound to one in
-      that ``__init__``) that either has a call or a name among its elements
-      or may be filled by an ``append`` / ``extend`` / ``insert`` / ``+=`` in
-      that ``__init__``, or
+    - a container display or comprehension, or a repeated list (``[None] * n``),
+      or a local name bound to one in that ``__init__``, that either has a
+      call or a name among its elements or may be filled by an ``append`` /
+      ``extend`` / ``insert`` / ``+=`` / subscript store in that ``__init__``, or
     - a call with a ``requires_grad`` keyword or a ``.requires_grad_(...)`` call, or
     - a method call on a ``Parameter(...)`` call (``nn.Parameter(t).to(device)``).
 
@@ -525,11 +525,12 @@ def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef", classes: set[
     body = list(_statements(init.body))
     builds = any(isinstance(b, ast.AugAssign) and isinstance(b.op, ast.Add) for b in body) or any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend", "insert")
+        or isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) for t in n.targets)  # ``xs[i] = ...``
         for n in ast.walk(init))
     local: dict[str, bool] = {}
     for b in body:
-        if isinstance(b, (ast.Assign, ast.AnnAssign)) and isinstance(b.value, _CONTAINER_DISPLAYS):
-            holds = builds or _display_may_hold(b.value, classes)
+        if isinstance(b, (ast.Assign, ast.AnnAssign)) and _display(b.value) is not None:
+            holds = builds or _display_may_hold(_display(b.value), classes)
             for t in (b.targets if isinstance(b, ast.Assign) else [b.target]):
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
@@ -542,7 +543,8 @@ def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef", classes: set[
                                      and isinstance(targets[0].value, ast.Name) and targets[0].value.id == me):
             continue
         v = b.value
-        if isinstance(v, _CONTAINER_DISPLAYS) and (builds or _display_may_hold(v, classes)):
+        shown = _display(v)
+        if shown is not None and (builds or _display_may_hold(shown, classes)):
             return True
         if isinstance(v, ast.Name) and local.get(v.id):
             return True
@@ -553,6 +555,18 @@ def _init_may_hold(init: "ast.FunctionDef | ast.AsyncFunctionDef", classes: set[
                 and _callee_name(v.func.value) == "Parameter":
             return True  # ``nn.Parameter(t).to(device)``: converted after wrapping, a plain tensor
     return False
+
+
+def _display(value: "ast.expr | None") -> "ast.expr | None":
+    """The container display ``value`` is, or repeats (``[None] * n``: slots
+    filled by ``xs[i] = ...``); ``None`` otherwise."""
+    if isinstance(value, _CONTAINER_DISPLAYS):
+        return value
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
+        for side in (value.left, value.right):
+            if isinstance(side, ast.List):
+                return side
+    return None
 
 
 # The words every parameterised ``torch.nn`` layer's name contains (TGL007's text prefilter).

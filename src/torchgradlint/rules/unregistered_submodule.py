@@ -53,6 +53,10 @@ def _elements(node: cst.BaseExpression) -> Optional[tuple[str, list[cst.BaseExpr
         return "dict", [e.value for e in node.elements if isinstance(e, cst.DictElement)]
     if isinstance(node, cst.DictComp):
         return "dict", [node.value]
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        for side in (node.left, node.right):  # ``[None] * n``: slots filled by ``xs[i] = ...``
+            if isinstance(side, cst.List):
+                return _elements(side)
     return None
 
 
@@ -106,8 +110,10 @@ modules or trainable tensors where the module cannot register them:
 
 - `self.layers = [nn.Linear(...), ...]`, a list comprehension of layers, a
   dict of layers, or a list built with `append` (directly or through a local
-  list) - containing `torch.nn` layers that have parameters, buffers or a
-  train/eval behaviour (dropout), or instances of the file's own modules;
+  list) or filled slot by slot (`self.heads = {}` or `[None] * n`, then
+  `self.heads[k] = nn.Linear(...)`) - containing `torch.nn` layers that have
+  parameters, buffers or a train/eval behaviour (dropout), or instances of the
+  file's own modules;
 - `self.w = torch.randn(..., requires_grad=True)` (or a list of such tensors);
 - `self.w = nn.Parameter(t).to(device)` (or `.cuda()`, `.half()`, `.double()`...):
   converted after wrapping, the result is a new plain tensor whenever the
@@ -241,6 +247,11 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                 more = _elements(a.value)
                 if more:
                     items.extend((v, a) for v in more[1])
+            elif a.kind == "assign" and a.value is not None and len(a.targets) == 1 \
+                    and a.targets[0].kind == "subscript" and a.targets[0].container in builders \
+                    and any(b is at or b.value is value for b in model.reaching_bindings(a.targets[0].container, a)):
+                # ``self.summers[i] = nn.Linear(...)`` into this list (not into a ModuleDict bound elsewhere)
+                items.append((a.value, a))
         for item, where in items:
             what = self._item(model, item, where, init)
             if what == "tensor":
