@@ -1995,3 +1995,47 @@ print(out)
 """
     assert lines(src.format(layer="ReLU"), header=False) == []
     assert lines(src.format(layer="Dropout"), header=False) == [17]
+
+
+BUILDER = """
+import torch
+from torch import nn
+
+
+def fc_block(in_, out_, use_bn=True):
+    return nn.Sequential(nn.Linear(in_, out_), nn.ReLU(), {norm})
+
+
+def weights_init(m):
+    if m.__class__.__name__.find("BatchNorm") != -1:
+        m.weight.data.normal_(1.0, 0.02)
+
+
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(fc_block(784, 64), fc_block(64, 8))
+        self.apply(weights_init)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters())
+for x in loader:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+with torch.no_grad():
+    out = model(x_test)
+print(out)
+"""
+
+
+@pytest.mark.parametrize("norm, flagged", [
+    ("nn.BatchNorm1d(out_) if use_bn else nn.Identity()", True),  # Coderx7's autoencoders
+    ("nn.Identity()", False),  # ``self.apply(weights_init)`` hands over, builds nothing
+])
+def test_a_class_is_judged_by_the_same_file_functions_it_calls_to_build_layers(norm, flagged):
+    assert bool(lines(BUILDER.format(norm=norm), header=False)) is flagged

@@ -508,7 +508,8 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
     """Whether the source ``code`` of the definition ``name`` (a class body,
     or a function of the project that builds layers) may make a forward
     depend on training mode: a dropout/batch-norm/``.training`` token
-    (outside comments and docstrings), a same-file module class that may,
+    (outside comments and docstrings), a same-file module class that may
+    or a module-level function of the file it calls whose code may,
     or a name imported from outside torch and the standard/numeric
     libraries that the project index (when the file has one) cannot show to
     be mode-free (a torchvision/timm backbone) and that is not a library
@@ -520,6 +521,14 @@ def code_sensitive(model: FileModel, code: str, name: str, seen: set[str],
         return True
     project = model.project
     for word in set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)):
+        if word != name and word not in seen and word in _defined_functions(model) \
+                and re.search(rf"(?<![\w.]){word}\s*\(", code):  # called, not handed over (``self.apply(init)``)
+            # ``nn.Sequential(fc_batchnorm_act(28*28, 512), ...)``: a same-file function that builds layers
+            seen.add(word)
+            if any(code_sensitive(model, model.module.code_for_node(f.node), word, seen, f.node)
+                   for f in model.scopes if f.kind == "function" and f.name == word
+                   and f.parent is model.module_scope):
+                return True
         if word in model.classes and word != name and word in module_classes(model):
             built = _constructions_of(model, node, word) if node is not None else None
             if built is not None:  # judged by what each construction's literal arguments build
