@@ -2,6 +2,8 @@
 
 import textwrap
 
+import pytest
+
 from torchgradlint.engine import lint_source
 from torchgradlint.rules.loss_kept_with_graph import LossKeptWithGraph
 
@@ -850,3 +852,36 @@ def test_distribution_log_prob_holds_the_graph_of_its_parameters():
             mean_entropy = torch.stack(history).mean().item()
     """
     assert lines(src) == [20]
+
+
+BUFFER = """
+import torch
+import torch.nn.functional as F
+
+
+def run(model, loader, optimizer, labels, n):
+    for epoch in range(10):
+        train_logits = {buffer}
+        for batch in loader:
+            {store}
+            loss = F.cross_entropy(logits, labels[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(train_logits.argmax(1))
+"""
+
+
+@pytest.mark.parametrize("buffer, store, expected", [
+    # ZZy979's MAGNN: each batch's logits copied into an epoch buffer with their graph
+    ("torch.zeros(n, 4)", "train_logits[batch] = logits = model(batch)", [10]),
+    ("torch.zeros(n, 4).to('cuda')", "logits = model(batch); train_logits[batch] = logits", [10]),
+    ("torch.zeros(n, 4)", "train_logits[batch] = logits = model(batch).detach()", []),
+    ("torch.zeros(n, 4)", "logits = model(batch); train_logits[0] = logits", []),  # one slot, overwritten
+    ("torch.zeros(n, 4, requires_grad=True)", "train_logits[batch] = logits = model(batch)", []),
+])
+def test_a_buffer_tensor_filled_with_graph_attached_values(buffer, store, expected):
+    src = BUFFER.format(buffer=buffer, store=store)
+    assert lines(src) == expected
+    if expected:
+        assert diags(src)[0].message.endswith("with its autograd graph")  # the loss's backward freed the rest

@@ -9,7 +9,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Assign, Call, FileModel, GradMode, _Located, names_in, walk
+from ..analysis.model import Assign, Call, FileModel, GradMode, _Located, names_in, unwrap, walk
 from ..analysis.names import dotted_name
 from ..analysis.provenance import (
     backpropagated_names,
@@ -24,7 +24,7 @@ from ..analysis.reads import read_only_detached
 from ..analysis.training import iterates_data, loop_trains
 from ..analysis.steps import backward_call, optimizer_step
 from ..analysis.meters import METER_CLASS_NAME, METER_UPDATE, update_accumulates
-from ..analysis.torch_api import CONCAT_FUNCTIONS, STORE_METHODS
+from ..analysis.torch_api import CONCAT_FUNCTIONS, MODULE_RETURNING_METHODS, STORE_METHODS
 from ..registry import Finding, Rule
 
 _CONTAINER_CTORS = frozenset({"list", "dict", "collections.deque", "collections.defaultdict",
@@ -41,6 +41,8 @@ class _Store:
     container: str
     values: list[cst.BaseExpression]
     kind: str  # "append" | "accumulate" | "subscript"
+    target: Optional[cst.Subscript] = None  # the subscript stored into, when the statement has several targets
+    siblings: tuple[str, ...] = ()  # names the same statement binds to the value (``preds[i] = logits = ...``)
 
 
 def _is_container_value(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
@@ -50,6 +52,21 @@ def _is_container_value(model: FileModel, node: Optional[cst.BaseExpression]) ->
         qn = model.qualname(node.func)
         return qn in _CONTAINER_CTORS
     return False
+
+
+#: torch factories of a fresh buffer: ``preds = torch.zeros(n, k)`` then ``preds[idx] = model(x)``
+_BUFFER_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.zeros_like",
+                               "torch.ones_like", "torch.empty_like", "torch.full_like", "torch.Tensor",
+                               "torch.FloatTensor"})
+
+
+def _buffer_tensor(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
+    """Whether ``node`` makes a fresh tensor to fill by index (``torch.zeros(out_shape)``,
+    through ``.to(device)``-style calls): a value stored into it with a graph attaches the
+    whole buffer to that graph (``CopySlices``), and it keeps every stored step's graph."""
+    inner = unwrap(node, MODULE_RETURNING_METHODS) if node is not None else None
+    return isinstance(inner, cst.Call) and (model.qualname(inner.func) or "") in _BUFFER_FACTORIES \
+        and not any(a.keyword is not None and a.keyword.value == "requires_grad" for a in inner.args)
 
 
 def _reset_before(model: FileModel, s: "_Store") -> Optional[Assign]:
@@ -236,7 +253,13 @@ step.
                 if v is not None:
                     yield _Store(c, c.node, c.receiver_text, [v], "accumulate")
         for a in model.assigns:
-            if a.value is None or len(a.targets) != 1 or a.unpacked:
+            if a.value is None or a.unpacked:
+                continue
+            if len(a.targets) != 1:  # ``preds[idx] = logits = model(x)``: each subscript target stores the value
+                names = tuple(t.text for t in a.targets if t.kind == "name" and t.text)
+                for t in a.targets:
+                    if a.kind == "assign" and t.kind == "subscript" and t.container and isinstance(t.node, cst.Subscript):
+                        yield _Store(a, a.node, t.container, [a.value], "subscript", t.node, names)
                 continue
             t = a.targets[0]
             if a.kind == "augassign" and a.op == "+=" and t.text:
@@ -288,7 +311,8 @@ step.
         if not outside or any(loop.contains(b.order) and b is not s.fact for b in reaching):
             return False  # the container is (re)built inside the loop
         last = outside[-1]
-        if last.kind not in ("assign", "annassign") or not _is_container_value(model, last.value):
+        if last.kind not in ("assign", "annassign") or not (
+                _is_container_value(model, last.value) or s.kind == "subscript" and _buffer_tensor(model, last.value)):
             return False
         if s.kind == "subscript":
             return self._key_varies(model, s)
@@ -296,7 +320,7 @@ step.
 
     def _key_varies(self, model: FileModel, s: _Store) -> bool:
         assert isinstance(s.fact, Assign)
-        sub = s.fact.targets[0].node
+        sub = s.target or s.fact.targets[0].node
         assert isinstance(sub, cst.Subscript)
         keys: set[str] = set()
         for el in sub.slice:
@@ -532,7 +556,9 @@ step.
                 # A value already backpropagated in the iteration has had its
                 # saved tensors freed: only the graph's nodes are kept.
                 freed = freed_by_backward(model, value, s.fact) or isinstance(value, cst.BinaryOperation) and any(
-                    freed_by_backward(model, side, s.fact) for side in (value.left, value.right))  # ``loss / n``
+                    freed_by_backward(model, side, s.fact) for side in (value.left, value.right)) or any(
+                    self._loss_input_in_loop(model, cst.Name(n), s) for n in s.siblings) \
+                    or self._loss_input_in_loop(model, value, s)  # ``loss / n``; ``logits`` fed to the loss
                 what = ("its autograd graph" if scalar or freed
                         else "its autograd graph and every activation saved for backward")
                 if s.kind == "accumulate" and isinstance(s.fact, Call):  # a meter's update
