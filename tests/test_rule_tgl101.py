@@ -885,3 +885,35 @@ def test_a_buffer_tensor_filled_with_graph_attached_values(buffer, store, expect
     assert lines(src) == expected
     if expected:
         assert diags(src)[0].message.endswith("with its autograd graph")  # the loss's backward freed the rest
+
+
+def test_a_hand_written_backward_in_a_file_that_never_spells_torch_is_no_autograd():
+    # atiarmn's course: numpy layers imported from other files, ``layers[i].backward(grad)``
+    src = """
+    import numpy as np
+    import FullyConnectedLayer, SquaredError
+
+    layers = [FullyConnectedLayer.FullyConnectedLayer(4, 1), SquaredError.SquaredError()]
+    log = []
+    for epoch in range(100):
+        yhat = layers[0].forward(X)
+        loss = layers[-1].eval(Y, yhat)
+        log.append(loss)
+        grad = layers[-1].gradient(Y, yhat)
+        grad = layers[0].backward(grad)
+    """
+    assert lines(src) == []
+    # a helper module that never imports torch but trains with it (its callers pass torch objects)
+    assert lines("""
+    def train_epoch(model, loader, optimizer, criterion):
+        total = 0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total += loss
+        return total / len(loader)
+
+    train_epoch(net, loader, opt, crit)
+    """) == [9]

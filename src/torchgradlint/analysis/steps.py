@@ -114,7 +114,14 @@ def _hand_written_backward(model: FileModel, call: Call) -> bool:
     ``my_fit.backward()``), or the call passes three or more positional
     arguments that method takes (the third of ``Tensor.backward(gradient,
     retain_graph, create_graph, inputs)`` would be ``create_graph``, which
-    nobody passes by position)."""
+    nobody passes by position). In a file that never spells ``torch`` and
+    star-imports nothing, any ``x.backward(grad)`` given an argument is one
+    (``layers[i].backward(grad)`` over a course's numpy layers imported from
+    other files): ``Tensor.backward``'s explicit gradient is a tensor the
+    file would have to make with torch."""
+    if any(a.keyword is None and not a.star for a in call.node.args) and "torch" not in model.source \
+            and not model.names.star_modules and not _ENGINE_RECEIVER.search(call.receiver_text or ""):
+        return True  # (``accelerator.backward(loss)`` runs the loss's backward)
     classes = model.cached("hand_written_backward", lambda: {
         name: len(info.methods["backward"].params) - 1 for name, info in model.classes.items()
         if "backward" in info.methods and not any(b.endswith("Function") for b in info.bases)
