@@ -1,5 +1,6 @@
 """TGL304 gradcheck-float32 on short snippets the fixtures do not cover."""
 
+import pytest
 from rule_snippets import finding_lines
 
 from torchgradlint.rules.gradcheck_float32 import GradcheckFloat32
@@ -132,3 +133,15 @@ def test_other_gradcheck_is_not_torch():
         x = torch.randn(3, requires_grad=True)
         gradcheck(torch.sin, (x,))
     """) == []
+
+
+@pytest.mark.parametrize("callers, flagged", [
+    ("check(torch.randn(4, 3, requires_grad=True))", True),  # aman-17's interview notebooks
+    ("check(torch.randn(4, 3, dtype=torch.float64, requires_grad=True))", False),
+    ("check(torch.randn(4, 3, requires_grad=True))\ncheck(torch.randn(4, 3, dtype=torch.double, requires_grad=True))",
+     False),  # callers disagree: unknown
+    ("", False),  # no caller: unknown
+])
+def test_a_parameter_is_judged_by_what_its_same_file_callers_pass(callers, flagged):
+    src = "import torch\n\n\ndef check(x):\n    return torch.autograd.gradcheck(lambda t: (t ** 2).sum(), x)\n\n\n" + callers + "\n"
+    assert bool(lines(src)) is flagged

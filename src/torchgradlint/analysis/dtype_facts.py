@@ -18,7 +18,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import FileModel, _Located
+from .model import FileModel, _Located, argument_for
 from .names import dotted_name
 
 #: kinds of a tensor expression's dtype
@@ -159,8 +159,10 @@ def _literal_kind(node: cst.BaseExpression) -> str:
 def tensor_kind(model: FileModel, node: Optional[cst.BaseExpression], at: _Located, _depth: int = 0) -> str:
     """The dtype kind of the tensor expression ``node`` evaluated at ``at``.
 
-    Follows local names through :meth:`FileModel.reaching_binding`; a function
-    parameter, an unknown callee or an ambiguous binding is :data:`UNKNOWN`.
+    Follows local names through :meth:`FileModel.reaching_binding`, and a
+    function's parameter to what its same-file callers pass
+    (:func:`_parameter_kind`); an unknown callee or an ambiguous binding is
+    :data:`UNKNOWN`.
     A file that sets the default dtype to float64 makes dtype-less factories
     :data:`UNKNOWN`.
     """
@@ -181,6 +183,8 @@ def tensor_kind(model: FileModel, node: Optional[cst.BaseExpression], at: _Locat
         if text is None:
             return UNKNOWN
         binding = model.reaching_binding(text, at)
+        if binding is not None and binding.kind == "param":
+            return _parameter_kind(model, text, at, _depth)
         if binding is None or binding.value is None or binding.unpacked or binding.kind not in (
                 "assign", "annassign", "walrus"):
             return UNKNOWN
@@ -190,6 +194,23 @@ def tensor_kind(model: FileModel, node: Optional[cst.BaseExpression], at: _Locat
     if isinstance(node, cst.Call):
         return _call_kind(model, node, at, _depth)
     return UNKNOWN
+
+
+def _parameter_kind(model: FileModel, name: str, at: _Located, depth: int) -> str:
+    """The dtype kind of the parameter ``name`` of ``at``'s function: the
+    kind every same-file caller passes for it, when they all pass the same
+    known kind (``numerical_gradient_check(layer, x)`` called with ``x =
+    torch.randn(...)``); :data:`UNKNOWN` without callers, for a default, or
+    when callers disagree."""
+    fn = model.enclosing_function(at.scope)
+    callers = model.callers_of(fn) if fn is not None else []
+    kinds = set()
+    for call in callers:
+        arg = argument_for(call, fn, name)
+        if arg is None:
+            return UNKNOWN
+        kinds.add(tensor_kind(model, arg, call, depth + 1))
+    return kinds.pop() if len(kinds) == 1 else UNKNOWN
 
 
 def _call_kind(model: FileModel, node: cst.Call, at: _Located, depth: int) -> str:

@@ -54,10 +54,12 @@ Checks for `torch.autograd.gradcheck` and `torch.autograd.gradgradcheck`
 tensor inputs are created in single precision: a factory such as
 `torch.randn(...)` / `torch.rand(...)` without `dtype=torch.float64`, a
 `.float()` / `.half()` cast, or arithmetic on such tensors, followed through
-local variables and tuple elements. It stays silent when every differentiable
+local variables and tuple elements, and a function's parameter to what every
+same-file caller passes for it. It stays silent when every differentiable
 input is `float64` or complex (`dtype=torch.double`, `.double()`,
-`.to(torch.float64)`), when an input's origin is unknown (a function
-parameter, a tensor returned by an unknown call), and in files that call
+`.to(torch.float64)`), when an input's origin is unknown (a parameter without
+same-file callers or whose callers pass different kinds, a tensor returned by
+an unknown call), and in files that call
 `torch.set_default_dtype(torch.float64)`.
 
 ## Why is this bad?
