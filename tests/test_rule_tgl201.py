@@ -1910,6 +1910,21 @@ class GaussianBlur(object):
     assert bool(lines(src, header=False)) is flagged
 
 
+# A script tail: the module built by ``{ctor}`` is trained, then evaluated under ``no_grad``.
+TRAINED_THEN_EVALUATED = """
+
+model = {ctor}
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+with torch.no_grad():
+    out = model(x_val)
+print(out)
+"""
+
+
 CONFIGURED = """
 import torch
 from torch import nn
@@ -1932,17 +1947,7 @@ class Block(nn.Module):
     def forward(self, x):
         return self.drop(self.norm(x))
 
-
-model = {ctor}
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for x in loader:
-    optimizer.zero_grad()
-    model(x).sum().backward()
-    optimizer.step()
-with torch.no_grad():
-    out = model(x_val)
-print(out)
-"""
+""" + TRAINED_THEN_EVALUATED
 
 
 @pytest.mark.parametrize("ctor, flagged", [
@@ -2020,17 +2025,7 @@ class VAE(nn.Module):
     def forward(self, x):
         return self.encoder(x)
 
-
-model = VAE()
-optimizer = torch.optim.Adam(model.parameters())
-for x in loader:
-    optimizer.zero_grad()
-    model(x).sum().backward()
-    optimizer.step()
-with torch.no_grad():
-    out = model(x_test)
-print(out)
-"""
+""" + TRAINED_THEN_EVALUATED.replace("{ctor}", "VAE()")
 
 
 @pytest.mark.parametrize("norm, flagged", [
