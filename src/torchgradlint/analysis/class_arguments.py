@@ -18,8 +18,7 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import ClassInfo, FileModel
-from .tree import walk
+from .model import ClassInfo, FileModel, Scope
 
 _UNKNOWN = object()
 
@@ -50,36 +49,21 @@ def method_arguments(fn: cst.CSTNode,
     return [(p, given.get(p.name.value, p.default)) for p in [*named, *fn.params.kwonly_params]]
 
 
-def literal_arguments(init: Optional[cst.FunctionDef], call: cst.Call) -> dict[str, object]:
+def literal_arguments(model: FileModel, init: Optional[Scope], call: cst.Call) -> dict[str, object]:
     """The parameters of ``init`` (a class's ``__init__``) that the
     construction ``call`` fills with a literal, by position, keyword or
-    default, and that ``__init__`` never rebinds: ``{"resample": "down"}``.
-    Empty when ``call`` passes ``*args``/``**kwargs`` or ``init`` is none."""
-    values = method_arguments(init, call) if init is not None else None
+    default, and that ``__init__`` never rebinds (its only binding in the
+    model is the parameter): ``{"resample": "down"}``. Empty when ``call``
+    passes ``*args``/``**kwargs`` or ``init`` is none."""
+    values = method_arguments(init.node, call) if init is not None else None
     if not values:
         return {}
-    rebound = _rebound_names(init)
     out = {}
     for p, node in values:
         value = literal_value(node)
-        if value is not _UNKNOWN and p.name.value not in rebound:
-            out[p.name.value] = value
-    return out
-
-
-def _rebound_names(fn: cst.FunctionDef) -> set[str]:
-    """Names a function body assigns (``x = ...``, ``x += ...``, ``for x in``, ``with ... as x``)."""
-    out: set[str] = set()
-    for node in walk(fn.body):
-        targets: list[cst.CSTNode] = []
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
-            targets = [node.target]
-        elif isinstance(node, cst.AsName):
-            targets = [node.name]
-        for t in targets:
-            out |= {n.value for n in walk(t) if isinstance(n, cst.Name)}
+        name = p.name.value
+        if value is not _UNKNOWN and all(b.kind == "param" for b in model.bindings_of(name, init)):
+            out[name] = value
     return out
 
 
@@ -168,12 +152,6 @@ def pruned_class(node: cst.ClassDef, literals: dict[str, object]) -> cst.ClassDe
     return node.with_changes(body=node.body.with_changes(body=stmts))
 
 
-def init_of(info: ClassInfo) -> Optional[cst.FunctionDef]:
-    """The ``__init__`` definition of the class ``info``, if it has one."""
-    init = info.methods.get("__init__")
-    return init.node if init is not None and isinstance(init.node, cst.FunctionDef) else None
-
-
 def class_for_arguments(model: FileModel, info: ClassInfo, call: cst.Call) -> Optional[ClassInfo]:
     """The class ``info`` as the construction ``call`` builds it (its
     ``__init__`` pruned by the call's literal arguments), or ``None`` when
@@ -181,7 +159,7 @@ def class_for_arguments(model: FileModel, info: ClassInfo, call: cst.Call) -> Op
     call on the model (which keeps the pruned tree alive for the analyses
     that memoise by node identity)."""
     def compute() -> Optional[ClassInfo]:
-        literals = literal_arguments(init_of(info), call)
+        literals = literal_arguments(model, info.methods.get("__init__"), call)
         if not literals or not isinstance(info.node, cst.ClassDef):
             return None
         pruned = pruned_class(info.node, literals)

@@ -20,6 +20,7 @@ from typing import Optional
 import libcst as cst
 
 from .model import Assign, FileModel, Scope
+from .torch_api import CONCAT_FUNCTIONS, DETACHING_METHODS
 from .tree import iter_children, walk
 
 # Fields of these nodes that bind the names of the ``Name`` (or tuple of names) they hold.
@@ -143,20 +144,23 @@ def _statement_groups(model: FileModel, scope: Scope) -> list[tuple[cst.CSTNode,
     """The places of ``scope`` where its reads can be told apart, each with
     the calls and bindings located there: every simple statement, and the
     header of a ``for`` (its iterable), ``while`` or ``if`` (its test), whose
-    facts the model places at the compound statement."""
-    groups: dict[int, tuple[cst.CSTNode, list]] = {}
-    for f in [*model.calls_in_scope(scope), *model.assigns_in_scope(scope)]:
-        stmt = f.statement
-        if isinstance(stmt, cst.BaseSmallStatement):
-            node: cst.CSTNode = stmt
-        elif isinstance(stmt, cst.For):
-            node = stmt.iter
-        elif isinstance(stmt, (cst.While, cst.If)):
-            node = stmt.test
-        else:
-            continue
-        groups.setdefault(id(stmt), (node, []))[1].append(f)
-    return list(groups.values())
+    facts the model places at the compound statement. Memoised per scope:
+    every store a rule asks about reads the same groups."""
+    def build() -> list[tuple[cst.CSTNode, list]]:
+        groups: dict[int, tuple[cst.CSTNode, list]] = {}
+        for f in [*model.calls_in_scope(scope), *model.assigns_in_scope(scope)]:
+            stmt = f.statement
+            if isinstance(stmt, cst.BaseSmallStatement):
+                node: cst.CSTNode = stmt
+            elif isinstance(stmt, cst.For):
+                node = stmt.iter
+            elif isinstance(stmt, (cst.While, cst.If)):
+                node = stmt.test
+            else:
+                continue
+            groups.setdefault(id(stmt), (node, []))[1].append(f)
+        return list(groups.values())
+    return model.cached(("statement-groups", id(scope)), build)
 
 
 def _reads_in(stmt: cst.CSTNode, name: str) -> int:
@@ -174,8 +178,6 @@ def _detaching_reads(model: FileModel, stmt: cst.CSTNode, name: str) -> int:
     :data:`~torchgradlint.analysis.torch_api.CONCAT_FUNCTIONS`, through
     ``.cpu()``/``.float()``..., ending in ``.detach()``/``.item()``/
     ``.tolist()``/``.numpy()`` or ``.data``) and ``[v.detach() for v in name]``."""
-    from .torch_api import CONCAT_FUNCTIONS, DETACHING_METHODS
-
     count = 0
     for node in walk(stmt):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \

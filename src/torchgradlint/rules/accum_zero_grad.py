@@ -7,6 +7,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from ..analysis.amp_facts import CLIP_FUNCTIONS
 from ..analysis.model import Call, FileModel, Loop
 from ..analysis.names import dotted_name
 from ..analysis.steps import call_reset, foreign_framework_file, reset_covers, resets_within
@@ -142,7 +143,8 @@ class AccumZeroGrad(Rule):
     name = "accum-zero-grad"
     summary = "gradients reset every micro-batch while `step()` runs only every N (accumulation wiped)"
     probe = "discarded-gradients"
-    prefilter = (("grad",), ("step", "accumulate"), ("%", "accum", "Accum", "ACCUM", "sync_gradients", "update_freq", "backward"))
+    prefilter = (("grad",), ("step", "accumulate"),
+                 ("%", "accum", "Accum", "ACCUM", "sync_gradients", "update_freq", "backward"))
     needs_backward = True
     docs = """
 ## What it does
@@ -269,22 +271,9 @@ for i, (x, y) in enumerate(loader):
             if not named and step_sites(model, inner.order, inner.end):
                 continue  # the loop steps itself (through a helper): its passes are steps, not micro-steps
             for fact in _wiping_resets(model, inner, site, reported):
-                opt = site.step.optimizer or "the optimizer"
                 if not named and fact.method != "zero_grad":
                     continue  # a helper that resets may do so under its own accumulation gate
-                if named:
-                    yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-step of the "
-                                             f"accumulation loop while `{opt}` steps after it",
-                                  detail="All but the last micro-step's gradients are thrown away before the "
-                                         "step, so the update sees one micro-batch (divided by the accumulation "
-                                         "count); reset once per step, before the accumulation loop or after the "
-                                         "step.")
-                    continue
-                yield Finding(fact.node, f"`{fact.func_text}()` resets gradients on every iteration of this loop "
-                                         f"while `{opt}` steps once after it",
-                              detail="Each iteration's backward adds gradients that the next iteration's reset "
-                                     "throws away, so the step sees only the last iteration's; reset once, before "
-                                     "the loop, or step inside it.")
+                yield _micro_step_finding(fact, site.step.optimizer or "the optimizer", named)
 
     @staticmethod
     def _backward_outside(model: FileModel, loop: Loop, gate: cst.CSTNode, via: Call) -> bool:
@@ -338,6 +327,22 @@ for i, (x, y) in enumerate(loader):
                                      "but the last is thrown away; call `optimizer.zero_grad()` instead.")
 
 
+def _micro_step_finding(fact: Call, opt: str, named: bool) -> Finding:
+    """The finding for a reset on every pass of an inner loop the step follows: an accumulation
+    window (``named``: its iterable names the accumulation) or another loop that repeats."""
+    if named:
+        return Finding(fact.node, f"`{fact.func_text}()` resets gradients on every micro-step of the "
+                                  f"accumulation loop while `{opt}` steps after it",
+                       detail="All but the last micro-step's gradients are thrown away before the step, so the "
+                              "update sees one micro-batch (divided by the accumulation count); reset once per "
+                              "step, before the accumulation loop or after the step.")
+    return Finding(fact.node, f"`{fact.func_text}()` resets gradients on every iteration of this loop while "
+                              f"`{opt}` steps once after it",
+                   detail="Each iteration's backward adds gradients that the next iteration's reset throws "
+                          "away, so the step sees only the last iteration's; reset once, before the loop, or "
+                          "step inside it.")
+
+
 def _repeats_without_reading_gradients(model: FileModel, loop: Loop) -> bool:
     """Whether an inner loop that names no accumulation (``for i in
     range(gen_iters):``) still sums its backwards for the step after it: it
@@ -356,8 +361,7 @@ def _repeats_without_reading_gradients(model: FileModel, loop: Loop) -> bool:
             return False
     for c in model.calls_within(loop.order, loop.end):
         qn = c.qualname or ""
-        if qn in ("torch.autograd.grad", "torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
-                  "torch.nn.utils.clip_grad_norm") or c.method in ("clip_grad_norm_", "clip_grad_value_"):
+        if qn == "torch.autograd.grad" or qn in CLIP_FUNCTIONS or c.method in ("clip_grad_norm_", "clip_grad_value_"):
             return False
         for callee in model.resolve_callee(c):
             if ".grad" in model.module.code_for_node(callee.node):

@@ -249,7 +249,7 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                     items.extend((v, a) for v in more[1])
             elif a.kind == "assign" and a.value is not None and len(a.targets) == 1 \
                     and a.targets[0].kind == "subscript" and a.targets[0].container in builders \
-                    and any(b is at or b.value is value for b in model.reaching_bindings(a.targets[0].container, a)):
+                    and any(b is at for b in model.reaching_bindings(a.targets[0].container, a)):
                 # ``self.summers[i] = nn.Linear(...)`` into this list (not into a ModuleDict bound elsewhere)
                 items.append((a.value, a))
         for item, where in items:
