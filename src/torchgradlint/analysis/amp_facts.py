@@ -26,7 +26,8 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, Scope, is_literal
+from .literals import is_literal
+from .model import Call, FileModel, Scope
 from .names import dotted_name
 from .steps import backward_call, optimizer_step
 from .torch_api import SCALER_NAME
@@ -49,7 +50,6 @@ CLIP_FUNCTIONS = {
     "torch.nn.utils.clip_grad_value_": "clip_value",
     "torch.nn.utils.clip_grad.clip_grad_value_": "clip_value",
 }
-_INFINITY = frozenset({"math.inf", "torch.inf", "numpy.inf", "np.inf"})
 _UNSCALE_METHODS = frozenset({"unscale_", "unscale_gradients"})
 _MAX_DEPTH = 2
 #: event kinds that write gradients
@@ -144,16 +144,6 @@ def carries_scale(model: FileModel, expr: Optional[cst.BaseExpression], at: Call
                     and carries_scale(model, binding.value, at, depth + 1):
                 return True
     return False
-
-
-def is_infinite(model: FileModel, expr: Optional[cst.BaseExpression]) -> bool:
-    """``float("inf")``, ``math.inf``, ``torch.inf``: a clip that never clips (logging only)."""
-    if expr is None:
-        return False
-    if isinstance(expr, cst.Call) and dotted_name(expr.func) == "float" and expr.args:
-        arg = expr.args[0].value
-        return isinstance(arg, cst.SimpleString) and arg.evaluated_value.strip().lower() in ("inf", "+inf", "infinity")
-    return (model.qualname(expr) or "") in _INFINITY
 
 
 @dataclass(frozen=True)

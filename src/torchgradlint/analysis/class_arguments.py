@@ -12,29 +12,13 @@ removed (:func:`pruned_class`), for the mode-layer analysis
 
 from __future__ import annotations
 
-import ast
 from dataclasses import replace
 from typing import Optional
 
 import libcst as cst
 
+from .literals import UNKNOWN, literal_value
 from .model import ClassInfo, FileModel, Scope
-
-_UNKNOWN = object()
-
-
-def literal_value(node: Optional[cst.BaseExpression]) -> object:
-    """The Python value of a literal string, number, ``True``/``False``/``None``;
-    ``_UNKNOWN`` (a private sentinel) otherwise."""
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float)):
-        try:
-            return ast.literal_eval(node.value)
-        except (ValueError, SyntaxError):
-            return _UNKNOWN
-    return _UNKNOWN
-
 
 def method_arguments(fn: cst.CSTNode,
                      call: cst.Call) -> "Optional[list[tuple[cst.Param, Optional[cst.BaseExpression]]]]":
@@ -62,7 +46,7 @@ def literal_arguments(model: FileModel, init: Optional[Scope], call: cst.Call) -
     for p, node in values:
         value = literal_value(node)
         name = p.name.value
-        if value is not _UNKNOWN and all(b.kind == "param" for b in model.bindings_of(name, init)):
+        if value is not UNKNOWN and all(b.kind == "param" for b in model.bindings_of(name, init)):
             out[name] = value
     return out
 
@@ -96,11 +80,11 @@ def decide(test: cst.BaseExpression, literals: dict[str, object]) -> Optional[bo
             if not isinstance(right, (cst.Tuple, cst.List, cst.Set)):
                 return None
             options = [literal_value(e.value) for e in right.elements]
-            if any(o is _UNKNOWN for o in options):
+            if any(o is UNKNOWN for o in options):
                 return None
             return (value in options) is isinstance(op, cst.In)
         other = literal_value(right)
-        if other is _UNKNOWN:
+        if other is UNKNOWN:
             return None
         if isinstance(op, (cst.Is, cst.IsNot)) and other not in (None, True, False):
             return None  # ``is`` on strings or numbers: identity, not a value test

@@ -18,6 +18,7 @@ from typing import Optional
 
 import libcst as cst
 
+from .literals import literal_value
 from .model import FileModel, _Located, argument_for
 from .names import dotted_name
 
@@ -75,7 +76,8 @@ def dtype_kind(model: FileModel, node: Optional[cst.BaseExpression], at: Optiona
         if binding is not None and binding.kind == "assign" and not binding.unpacked and binding.value is not None:
             return dtype_kind(model, binding.value, binding, _depth + 1)
     if isinstance(node, cst.SimpleString):
-        text = node.evaluated_value if isinstance(node.evaluated_value, str) else ""
+        text = literal_value(node)
+        text = text if isinstance(text, str) else ""
         return _TENSOR_TYPES.get(text.rsplit(".", 1)[-1]) if text.startswith("torch.") else None
     qn = model.qualname(node)
     if not qn or not qn.startswith("torch."):

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import libcst as cst
 
+from .literals import literal_bool
 from .model import GradMode
 
 GRAD_MODE_APIS = frozenset(
@@ -25,12 +26,6 @@ GRAD_MODE_APIS = frozenset(
 #: ``train_mode(*nets)`` (``train()`` under ``torch.set_grad_enabled(True)``).
 MODULE_MODE_MANAGERS = {
     f"monai.networks.{path}{name}_mode": name for path in ("", "utils.") for name in ("eval", "train")}
-
-
-def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
-    return None
 
 
 def classify(qualname: Optional[str], call: Optional[cst.Call]) -> Optional[GradMode]:
@@ -61,14 +56,14 @@ def classify(qualname: Optional[str], call: Optional[cst.Call]) -> Optional[Grad
     if qualname == "torch.inference_mode":
         if first is None:
             return GradMode.DISABLED
-        flag = _literal_bool(first)
+        flag = literal_bool(first)
         if flag is None:
             return GradMode.UNKNOWN
         return GradMode.DISABLED if flag else None
     # torch.set_grad_enabled
     if call is None or first is None:
         return None
-    flag = _literal_bool(first)
+    flag = literal_bool(first)
     if flag is None:
         return GradMode.UNKNOWN
     return GradMode.ENABLED if flag else GradMode.DISABLED

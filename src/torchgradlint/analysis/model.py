@@ -16,6 +16,7 @@ from typing import Any, Iterable, Optional
 
 import libcst as cst
 
+from .literals import falsy_literal, literal_bool
 from .names import ImportTable, dotted_name
 from .torch_api import RECEIVER_METHODS
 from .tree import walk
@@ -748,7 +749,7 @@ class FileModel:
             offset = 1 if fn.class_name is not None and site.func_text and "." in site.func_text else 0
             arg = site.arg(index - offset, flag.value)
             value = arg if arg is not None else default
-            values.add(_literal_bool(value))
+            values.add(literal_bool(value))
         if len(values) != 1 or None in values:
             return GradMode.UNKNOWN
         return GradMode.ENABLED if values.pop() else GradMode.DISABLED
@@ -768,12 +769,6 @@ def param_default(fn: Scope, name: str) -> Optional[cst.BaseExpression]:
     for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
         if param.name.value == name:
             return param.default
-    return None
-
-
-def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
     return None
 
 
@@ -826,21 +821,6 @@ def names_in(node: Optional[cst.CSTNode]) -> set[str]:
     return found
 
 
-def is_literal(node: Optional[cst.CSTNode], value: object) -> bool:
-    """Whether ``node`` is the literal ``True``/``False``/``None``."""
-    return isinstance(node, cst.Name) and node.value == repr(value)
-
-
-def is_zero_literal(node: Optional[cst.CSTNode]) -> bool:
-    """Whether ``node`` is a number literal equal to zero (``0``, ``0.0``, ``0.``, ``0x0``):
-    a dropout rate that drops nothing."""
-    if not isinstance(node, (cst.Integer, cst.Float)):
-        return False
-    try:
-        return float(node.value) == 0.0
-    except ValueError:  # ``0x0``, ``0o0``: integer spellings float() does not read
-        return int(node.value, 0) == 0
-
 
 
 def call_params(call: "Call", callee: Scope) -> list[str]:
@@ -890,11 +870,6 @@ def target_element(binding: "Assign", text: str) -> Optional[int]:
         if dotted_name(el.value) == text:
             return i
     return None
-
-
-def falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
-    """``None``, ``False`` or ``0``: a value an ``if param:`` / ``if param is not None:`` gate skips."""
-    return isinstance(node, cst.Name) and node.value in ("None", "False") or is_zero_literal(node)
 
 
 def nodes_under_if(model: FileModel, root: cst.CSTNode, kind: str, test, *, orelse: bool = False,

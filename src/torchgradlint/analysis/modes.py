@@ -39,9 +39,9 @@ from typing import Optional
 
 import libcst as cst
 
+from .literals import bound_literal, falsy_literal, is_literal, is_zero_literal, literal_value, plain_bindings
 from .model import (RECEIVER_METHODS, Assign, Call, ClassInfo, FileModel, GradMode, Scope, argument_for, call_params,
-                    enclosing_ifs, falsy_literal, if_branches, is_literal, is_zero_literal, names_in, param_default,
-                    target_element, unwrap)
+                    enclosing_ifs, if_branches, names_in, param_default, target_element, unwrap)
 from .class_arguments import class_for_arguments, method_arguments
 from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
@@ -780,7 +780,7 @@ def _monai_mode_arguments(node: cst.Call, norm_position: int) -> bool:
         value = keywords.get(name)
         if isinstance(value, cst.Tuple) and value.elements:
             value = value.elements[0].value
-        text = value.evaluated_value if isinstance(value, cst.SimpleString) else dotted_name(value) if value else ""
+        text = literal_value(value) if isinstance(value, cst.SimpleString) else dotted_name(value) if value else ""
         if value is not None and (not isinstance(text, str) or not _STATELESS_NORM.match(text)):
             return True
     return len(positional) > norm_position
@@ -845,14 +845,9 @@ def _path_literal(model: FileModel, node: Optional[cst.BaseExpression]) -> Optio
     an f-string), its code without spaces, when every name in it is bound at
     most once in the file, by a module-level assignment (or an import): two
     such paths with the same code name the same file."""
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value if isinstance(node.evaluated_value, str) else None
-    if isinstance(node, cst.Name):
-        bindings = [a for a in model.assigns if a.binds(node.value)]
-        texts = {_path_literal(model, a.value) if a.kind == "assign" and not a.unpacked
-                 and isinstance(a.value, cst.SimpleString) else None for a in bindings}
-        if len(texts) == 1 and None not in texts:
-            return texts.pop()
+    text = bound_literal(model, node)
+    if isinstance(text, str):
+        return text
     if isinstance(node, (cst.Name, cst.Attribute, cst.BinaryOperation, cst.Call, cst.FormattedString)):
         for name in {n.value for n in walk(node) if isinstance(n, cst.Name)}:
             bindings = [a for a in model.assigns if a.binds(name)]
@@ -963,13 +958,8 @@ def _bound_values(model: FileModel, name: str, seen: frozenset[str]) -> Optional
     file, when each is a plain assignment (not a parameter, a loop or
     ``with`` target, an unpacking or an augmented assignment); ``None``
     otherwise, or for a name bound in terms of itself (unknown)."""
-    if name in seen:
-        return None
-    bindings = [a for a in model.assigns if a.binds(name)]
-    if not bindings or any(a.kind not in ("assign", "annassign") or a.unpacked or a.value is None
-                           for a in bindings):
-        return None
-    return [a.value for a in bindings]
+    bindings = plain_bindings(model, name) if name not in seen else None
+    return None if bindings is None else [a.value for a in bindings]
 
 
 #: list methods that add items (``layers.append(nn.Linear(a, b))``)

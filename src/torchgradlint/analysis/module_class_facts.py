@@ -16,6 +16,7 @@ from typing import Optional
 
 import libcst as cst
 
+from .literals import is_literal
 from .model import ClassInfo, FileModel, Scope, names_in, nodes_under_if, unwrap  # noqa: F401 (re-exported)
 from .modes import module_classes
 from .names import dotted_name
@@ -160,12 +161,6 @@ _STATELESS = re.compile(
     r"PairwiseDistance|Fold|Unfold)$")
 
 
-def _literal_false(node: Optional[cst.BaseExpression]) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"
-
-
-def _literal_true(node: Optional[cst.BaseExpression]) -> bool:
-    return isinstance(node, cst.Name) and node.value == "True"
 
 
 def nn_layer_name(model: FileModel, node: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -189,7 +184,7 @@ def is_parameterised_layer(model: FileModel, node: Optional[cst.BaseExpression])
     assert isinstance(node, cst.Call)
     for a in node.args:
         if a.keyword is not None and a.keyword.value in ("affine", "elementwise_affine"):
-            return not _literal_false(a.value)
+            return not is_literal(a.value, False)
     return name not in _DEFAULT_OFF
 
 
@@ -284,10 +279,10 @@ def is_requires_grad_tensor(model: FileModel, node: Optional[cst.BaseExpression]
     func = node.func
     if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
         flag = node.args[0].value if node.args else None
-        return (flag is None or _literal_true(flag)) and is_torch_factory(model, func.value)
+        return (flag is None or is_literal(flag, True)) and is_torch_factory(model, func.value)
     if not is_torch_factory(model, node):
         return False
-    return any(a.keyword is not None and a.keyword.value == "requires_grad" and _literal_true(a.value)
+    return any(a.keyword is not None and a.keyword.value == "requires_grad" and is_literal(a.value, True)
                for a in node.args)
 
 

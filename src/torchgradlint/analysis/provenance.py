@@ -39,6 +39,7 @@ from typing import Optional
 import libcst as cst
 
 from . import modes, torch_api
+from .literals import is_literal, literal_bool, literal_value
 from .model import (Assign, Call, FileModel, GradMode, Region, Scope, _Located, call_params, enclosing_ifs, names_in,
                     target_element)
 from .tree import iter_children, node_types, walk
@@ -248,7 +249,7 @@ def is_module_call(model: FileModel, node: cst.CSTNode) -> bool:
 def _reduction_scalar(node: Optional[cst.BaseExpression]) -> bool:
     if node is None:
         return True
-    return isinstance(node, cst.SimpleString) and node.evaluated_value in ("mean", "sum", "batchmean")
+    return literal_value(node) in ("mean", "sum", "batchmean")
 
 
 def is_scalar_loss(model: FileModel, expr: cst.BaseExpression, at: _Located, _depth: int = 0) -> bool:
@@ -377,7 +378,7 @@ def _detached_twin(a: cst.BaseExpression, b: cst.BaseExpression) -> Optional[cst
 
 def _has_requires_grad_kw(call: cst.Call) -> bool:
     return any(a.keyword is not None and a.keyword.value == "requires_grad" and
-               not (isinstance(a.value, cst.Name) and a.value.value == "False") for a in call.args)
+               not is_literal(a.value, False) for a in call.args)
 
 
 _META_KEYWORDS = frozenset({"dim", "keepdim", "dtype", "device", "reduction", "out", "non_blocking", "layout",
@@ -486,8 +487,7 @@ def _literal_args(fact: Call, callee: Scope) -> dict[str, Optional[bool]]:
     for i, param in enumerate(params):
         value = fact.arg(i - offset, param.name.value) if i >= offset else None
         value = value if value is not None else param.default
-        out[names[i]] = (value.value == "True") if isinstance(value, cst.Name) and value.value in (
-            "True", "False") else None
+        out[names[i]] = literal_bool(value)
     return out
 
 
@@ -1235,7 +1235,7 @@ def freed_by_backward(model: FileModel, expr: Optional[cst.BaseExpression], at: 
     owner = {id(b) for b in model.reaching_bindings(head, at)} if "." in text else set()
     for b in _backward_calls(model, at.scope):
         retain = b.retain_graph
-        if retain is not None and not (isinstance(retain, cst.Name) and retain.value == "False"):
+        if retain is not None and not is_literal(retain, False):
             continue
         if _flows_into(model, text, mine, _graph_roots(b.target), b.call):
             return True

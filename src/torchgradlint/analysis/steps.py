@@ -15,7 +15,8 @@ from typing import Optional
 import libcst as cst
 
 from ..cells import FOREIGN_FRAMEWORKS
-from .model import RECEIVER_METHODS, Assign, Call, FileModel, Loop, Scope, is_literal, names_in, unwrap
+from .literals import is_literal
+from .model import RECEIVER_METHODS, Assign, Call, FileModel, Loop, Scope, names_in, unwrap
 from .names import dotted_name
 
 # Receivers whose ``.backward(loss)`` backpropagates its argument.

@@ -30,6 +30,7 @@ from typing import Optional
 import libcst as cst
 
 from . import modes
+from .literals import is_literal
 from .model import FileModel, GradMode, Region, Scope
 from .names import dotted_name
 
@@ -165,9 +166,9 @@ def trainable_evidence(model: FileModel, class_name: str) -> Optional[cst.CSTNod
             return node
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
                 and node.func.attr.value == "requires_grad_" \
-                and (not node.args or (isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "True")):
+                and (not node.args or is_literal(node.args[0].value, True)):
             return node
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == "True" \
+        if isinstance(node, cst.Assign) and is_literal(node.value, True) \
                 and any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
                         for t in node.targets):
             return node

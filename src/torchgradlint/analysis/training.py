@@ -8,7 +8,8 @@ from typing import Optional
 
 import libcst as cst
 
-from .model import Call, FileModel, Loop, Scope, is_literal, names_in, nodes_under_if
+from .literals import is_literal
+from .model import Call, FileModel, Loop, Scope, names_in, nodes_under_if
 from .names import dotted_name
 from .torch_api import DATA_SOURCE_NAME
 from .steps import Backward, OptimizerStep, backward_call, optimizer_step

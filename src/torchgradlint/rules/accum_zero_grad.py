@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..analysis.amp_facts import CLIP_FUNCTIONS
+from ..analysis.literals import bound_literals
 from ..analysis.model import Call, FileModel, Loop
 from ..analysis.names import dotted_name
 from ..analysis.steps import call_reset, foreign_framework_file, reset_covers, resets_within
@@ -370,14 +371,9 @@ def _repeats_without_reading_gradients(model: FileModel, loop: Loop) -> bool:
 
 
 def _at_most_one(model: FileModel, node: cst.BaseExpression) -> bool:
-    """Whether ``node`` is an integer literal <= 1, or a name every binding of which in the file is one."""
-    if isinstance(node, cst.Integer):
-        return int(node.evaluated_value) <= 1
-    if isinstance(node, cst.Name):
-        bindings = [a for a in model.assigns if a.binds(node.value)]
-        return bool(bindings) and all(a.kind == "assign" and not a.unpacked and isinstance(a.value, cst.Integer)
-                                      and int(a.value.evaluated_value) <= 1 for a in bindings)
-    return False
+    """Whether ``node`` is an integer literal <= 1, or a name every binding of which in the file is that literal."""
+    values = bound_literals(model, node)
+    return values is not None and all(type(v) is int and v <= 1 for v in values)
 
 
 def _accelerators_never_accumulate(model: FileModel) -> bool:

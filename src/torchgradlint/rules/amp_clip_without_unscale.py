@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..analysis.amp_facts import (carries_scale, clip_threshold, file_has_scaled_backward, is_infinite,
-                                  latest_backward, scaler_disabled, step_events)
+from ..analysis.amp_facts import (carries_scale, clip_threshold, file_has_scaled_backward, latest_backward,
+                                  scaler_disabled, step_events)
+from ..analysis.literals import is_infinite
 from ..analysis.model import FileModel
 from ..analysis.steps import foreign_framework_file
 from ..registry import Finding, Rule

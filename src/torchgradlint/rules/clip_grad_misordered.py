@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, Scope, is_literal
-from ..analysis.names import dotted_name
+from ..analysis.literals import is_infinite, is_literal, number
+from ..analysis.model import Call, FileModel, Scope
 from ..analysis.steps import foreign_framework_file
 from ..analysis.training import runs_backward, step_sites
 from ..registry import Finding, Rule
@@ -18,7 +17,6 @@ from ..registry import Finding, Rule
 CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 #: a literal cap at or above this (or ``inf``) clips nothing: the call only measures the norm
 _NO_CAP = 1e6
-_INF_NAMES = frozenset({"math.inf", "numpy.inf", "np.inf", "torch.inf", "float.inf"})
 #: frameworks with a same-named clipping function of other semantics (``mlx.optimizers.clip_grad_norm``
 #: returns clipped copies; ``paddle.nn.utils.clip_grad_norm_``)
 _FOREIGN = frozenset({"mlx", "jax", "flax", "optax", "paddle", "mindspore", "oneflow", "mxnet", "tensorflow", "keras"})
@@ -39,20 +37,9 @@ def clip_call(model: FileModel, call: Call) -> bool:
 
 
 def _unbounded(model: FileModel, node: Optional[cst.BaseExpression]) -> bool:
-    """``float('inf')``, ``math.inf``, ``torch.inf`` or a literal >= 1e6."""
-    if node is None:
-        return False
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.evaluated_value) >= _NO_CAP
-    if isinstance(node, cst.Call) and dotted_name(node.func) == "float" and node.args:
-        arg = node.args[0].value
-        if isinstance(arg, cst.SimpleString):
-            try:
-                return math.isinf(float(arg.evaluated_value))
-            except (TypeError, ValueError):
-                return False
-    text = dotted_name(node)
-    return bool(text) and (text in _INF_NAMES or (model.names.qualify(text) or "") in _INF_NAMES)
+    """An infinity (:func:`~torchgradlint.analysis.literals.is_infinite`) or a number literal >= 1e6."""
+    value = number(node)
+    return value >= _NO_CAP if value is not None else is_infinite(model, node)
 
 
 def _lightning_class(model: FileModel, scope: Scope) -> bool:

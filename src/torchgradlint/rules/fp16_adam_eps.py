@@ -7,6 +7,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..analysis.dtype_facts import is_float16
+from ..analysis.literals import number
 from ..analysis.model import Call, FileModel
 from ..analysis.modes import constructor_kind, is_module
 from ..analysis.names import dotted_name
@@ -27,16 +28,6 @@ def _adam_name(qn: Optional[str]) -> Optional[str]:
         return None
     last = qn.rsplit(".", 1)[-1]
     return last if last in ADAM_FAMILY else None
-
-
-def _number(node: Optional[cst.BaseExpression]) -> Optional[float]:
-    """The value of a numeric literal (``1e-8``, ``-1``); ``None`` for anything else."""
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.evaluated_value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = _number(node.expression)
-        return -inner if inner is not None else None
-    return None
 
 
 #: wrappers that keep float32 master copies of the parameters and hand those to the optimizer
@@ -168,7 +159,7 @@ Better still, keep the parameters in float32 and train with
             if name is None:
                 continue
             eps_node = call.arg(3, "eps")
-            eps = _DEFAULT_EPS if eps_node is None else _number(eps_node)
+            eps = _DEFAULT_EPS if eps_node is None else number(eps_node)
             if eps is None or eps >= FP16_TINY:
                 continue
             params = call.arg(0, "params")

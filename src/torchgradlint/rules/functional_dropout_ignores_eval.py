@@ -6,7 +6,8 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, GradMode, is_zero_literal, names_in
+from ..analysis.literals import is_literal, is_zero_literal
+from ..analysis.model import Call, FileModel, GradMode, names_in
 from ..analysis.names import dotted_name
 from ..analysis.module_class_facts import (enclosing_method, forward_methods, is_torch_module_class, nodes_under_if,
                                            self_name)
@@ -241,7 +242,7 @@ keep dropout at inference without saying so (then write `training=True`).
                 continue
             if qn in TORCH_DROPOUTS:
                 flag = c.arg(2, "train")
-                if not (isinstance(flag, cst.Name) and flag.value == "True"):
+                if not is_literal(flag, True):
                     continue
                 yield Finding(c.node, f"`{shown}(..., True)` drops activations in eval mode too: it does not "
                                       f"follow `{me}.eval()`; pass `{me}.training`", fix=(flag, training))

@@ -7,7 +7,8 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..analysis.grad_handoff import GradHandoff, grad_handoffs
-from ..analysis.model import Call, FileModel, argument_for, is_literal
+from ..analysis.literals import is_literal
+from ..analysis.model import Call, FileModel, argument_for
 from ..analysis.names import dotted_name
 from ..analysis.steps import (
     GradReset,

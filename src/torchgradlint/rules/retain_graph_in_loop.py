@@ -6,7 +6,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis.model import Call, FileModel, Loop, argument_for, is_literal, names_in
+from ..analysis.literals import is_literal
+from ..analysis.model import Call, FileModel, Loop, argument_for, names_in
 from ..analysis.modes import constructor_kind
 from ..analysis.names import dotted_name
 from ..analysis.provenance import State, call_fact, is_module_call, provenance

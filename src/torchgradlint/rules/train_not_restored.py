@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from ..analysis.mode_layer_facts import class_has_mode_layers, factory_class
-from ..analysis.model import Call, FileModel, GradMode, Loop, Scope, is_literal
+from ..analysis.literals import is_literal
+from ..analysis.model import Call, FileModel, GradMode, Loop, Scope
 from ..analysis.modes import (
     BUILT,
     EVAL,
