@@ -1,5 +1,6 @@
 """TGL006 unregistered-submodule on snippets the fixtures do not cover."""
 
+import re
 import textwrap
 
 import pytest
@@ -254,7 +255,17 @@ def test_a_list_whose_elements_parameters_are_registered_by_hand_is_registered()
     # dgl's R-GCN: a plain dict of foreign embeddings in one branch, a ModuleDict in the other
     ("if sparse:\n    self.layers = {}\n    self.layers['a'] = make_foreign()\n"
      "else:\n    self.layers = nn.ModuleDict()\n    self.layers['a'] = nn.Embedding(4, 2)\n", False),
+    # a local container filled slot by slot, then stored on ``self`` (before or after the slots are filled)
+    ("layers = [None] * 3\nfor i in range(3):\n    layers[i] = nn.Linear(4, 1)\nself.summers = layers\n", True),
+    ("heads = {}\nfor k in ('a', 'b'):\n    heads[k] = nn.Linear(4, 1)\nself.heads = heads\n", True),
+    ("layers = [None] * 3\nself.summers = layers\nlayers[0] = nn.Linear(4, 1)\n", True),
+    ("layers = [None] * 3\nfor i in range(3):\n    layers[i] = nn.Linear(4, 1)\nself.summers = nn.ModuleList(layers)\n",
+     False),
+    ("layers = [None] * 3\nfor i in range(3):\n    layers[i] = 0.5 * i\nself.summers = layers\n", False),
+    # another list of the same name, filled after the stored one was rebound
+    ("layers = [None] * 3\nself.summers = layers\nlayers = [None] * 3\nlayers[0] = nn.Linear(4, 1)\n"
+     "self.other = nn.ModuleList(layers)\n", False),
 ])
 def test_layers_stored_into_the_slots_of_a_plain_container(init, fires):
-    attr = init.split(" = ", 1)[0].split(":")[-1].strip()
+    attr = re.search(r"self\.\w+", init).group()  # the attribute the container ends in
     assert bool(lines(cls(init, forward=f"return {attr}[0](x)"))) is fires

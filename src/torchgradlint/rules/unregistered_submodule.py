@@ -226,12 +226,14 @@ a trainable tensor and `nn.ParameterList` for a list of them.
             return _Held("converted", f"nn.Parameter(...).{value.func.attr.value}(...)", "")
         found = _elements(value)
         local = None
+        origins: list[Assign] = [at]  # the bindings the container was made by
         if found is None and isinstance(value, cst.Name):
             local = value.value
             b = model.reaching_binding(local, at)
             if b is None or b.value is None or b.kind not in ("assign", "annassign"):
                 return None
             found = _elements(b.value)
+            origins.append(b)
         if found is None:
             return None
         container, values = found
@@ -249,8 +251,9 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                     items.extend((v, a) for v in more[1])
             elif a.kind == "assign" and a.value is not None and len(a.targets) == 1 \
                     and a.targets[0].kind == "subscript" and a.targets[0].container in builders \
-                    and any(b is at for b in model.reaching_bindings(a.targets[0].container, a)):
-                # ``self.summers[i] = nn.Linear(...)`` into this list (not into a ModuleDict bound elsewhere)
+                    and any(b is o for b in model.reaching_bindings(a.targets[0].container, a) for o in origins):
+                # ``self.summers[i] = nn.Linear(...)`` into this list (not into a ModuleDict bound elsewhere), or
+                # ``layers[i] = nn.Linear(...)`` into the local list later stored as ``self.layers = layers``
                 items.append((a.value, a))
         for item, where in items:
             what = self._item(model, item, where, init)
