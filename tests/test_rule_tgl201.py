@@ -2034,3 +2034,69 @@ class VAE(nn.Module):
 ])
 def test_a_class_is_judged_by_the_same_file_functions_it_calls_to_build_layers(norm, flagged):
     assert bool(lines(BUILDER.format(norm=norm), header=False)) is flagged
+
+
+AUTOENCODER = """
+import torch
+from torch import nn
+
+
+class AE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4), nn.ReLU())
+        self.decoder = nn.Sequential(nn.Linear(4, 8))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.decoder(self.encoder(x))
+
+    def get_code(self, x):
+        return self.encoder(x)
+
+    def decode(self, z):
+        return self.decoder(z)
+
+    def classify(self, x):
+        return self.head(self.get_code(x))
+
+    def predict(self, x):
+        self.eval()
+        return self(x)
+
+    @staticmethod
+    def make(n):
+        return AE()
+
+
+ae = AE().to("cpu")
+opt = torch.optim.Adam(ae.parameters())
+for x in loader:
+    opt.zero_grad()
+    ((ae(x) - x) ** 2).mean().backward()
+    opt.step()
+with torch.no_grad():
+    out = ae.{call}
+"""
+
+
+@pytest.mark.parametrize("call, fires", [
+    # 117XinyuLi's stacked autoencoders: ``model1.get_code(data)`` scored under no_grad in training mode
+    ("get_code(x)", True),
+    ("classify(x)", True),  # reaches the batch-norm encoder through ``self.get_code``
+    ("decode(z)", False),  # runs the linear decoder only
+    ("predict(x)", False),  # switches to eval mode itself
+    ("make(3)", False),  # a static method runs no layer of ``ae``
+])
+def test_a_method_of_a_module_class_runs_the_layers_it_reads(call, fires):
+    src = AUTOENCODER.format(call=call)
+    result = lint_source(textwrap.dedent(src), "x.py", [NoGradWithoutEval])
+    found = [d.line for d in result.diagnostics if d.code == "TGL201"]
+    assert not [d for d in result.diagnostics if d.code == "TGL000"]
+    assert found == ([src.count("\n", 0, src.index("out = ae.")) + 1] if fires else [])
+
+
+def test_a_module_method_after_eval_is_silent():
+    src = AUTOENCODER.format(call="get_code(x)").replace("with torch.no_grad():", "ae.eval()\nwith torch.no_grad():")
+    result = lint_source(src, "x.py", [NoGradWithoutEval])
+    assert [d for d in result.diagnostics if d.code in ("TGL201", "TGL000")] == []

@@ -454,3 +454,46 @@ def test_a_method_of_a_global_instance_read_inside_a_function_is_resolved():
     assert lines(src) == [11]  # the parameter of ``other`` holds whatever its callers pass
     assert lines(src.replace("actorcritic_net = ActorCritic()",
                              "actorcritic_net = ActorCritic()\n        actorcritic_net = make()")) == []  # not all the class
+
+
+SOFTMAX_NET = """
+    import torch
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+            self.softmax = nn.Softmax(dim=-1)
+
+        def forward(self, x):
+            return self.softmax(self.fc(x))
+
+    model = Net()
+    criterion = {criterion}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(net):
+        for x, y in loader:
+            output = net(x)
+            loss = criterion(output.view(-1, 3), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    train(model)
+"""
+
+
+def test_a_module_level_loss_read_inside_a_training_function():
+    # Sam-Armstrong's TextGenModel: ``criterion`` is a global of the script, the model a parameter
+    assert lines(SOFTMAX_NET.format(criterion="nn.CrossEntropyLoss()")) == [21]
+    assert lines(SOFTMAX_NET.format(criterion="nn.MSELoss()")) == []  # probabilities into MSE: no finding
+    # every module-level binding counts: one of them is no cross-entropy, so the call may be anything
+    assert lines(SOFTMAX_NET.format(criterion="nn.CrossEntropyLoss()\n    criterion = make_loss()")) == []
+
+
+def test_a_loss_bound_in_the_function_itself_is_not_the_global():
+    src = SOFTMAX_NET.format(criterion="nn.CrossEntropyLoss()").replace(
+        "        for x, y in loader:", "        criterion = make_loss()\n        for x, y in loader:")
+    assert lines(src) == []

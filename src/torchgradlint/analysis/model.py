@@ -577,7 +577,7 @@ class FileModel:
             binding = self.reaching_binding(head, call)
             values = [binding.value] if binding is not None and binding.kind in ("assign", "annassign") \
                 and not binding.unpacked else []
-            if binding is None and self._global_in(head, call.scope):
+            if binding is None and self.global_in(head, call.scope):
                 # a function reading a global (``actorcritic_net.forward_policy(s)`` in a method, the net
                 # built in a later notebook cell): the module's bindings, whichever ran last
                 bindings = self.bindings_of(head, self.module_scope)
@@ -596,7 +596,7 @@ class FileModel:
         found = {self._constructed_class(value) for value in values}
         return found.pop() if len(found) == 1 else None  # ``{None}``: some value builds no same-file class
 
-    def _global_in(self, name: str, scope: Scope) -> bool:
+    def global_in(self, name: str, scope: Scope) -> bool:
         """Whether ``name`` read in ``scope`` (inside a function) is the module's
         global: no function or class scope around it binds the name."""
         s: Optional[Scope] = scope

@@ -1217,6 +1217,65 @@ def _class_sensitive_with_gates_off(model: FileModel, info: ClassInfo, off: froz
     return model.cached(("gates-off", id(info.node), off), compute)[0]
 
 
+def module_method_classes(model: FileModel, call: Call) -> Optional[list[tuple[ClassInfo, str]]]:
+    """For ``call`` of a method the file defines on a module class, through an
+    instance (``ae.get_code(x)``, ``vae.encode(x)``, a ``predict`` of its own;
+    not ``self.m(x)``, not a property, static or class method, not a
+    dunder): each ``(class, method name)`` the call may run; ``None`` for any
+    other call."""
+    recv = call.receiver_text
+    if not call.method or not recv or recv.split(".")[0] in ("self", "cls") or call.method.startswith("__"):
+        return None
+    classes = module_classes(model)
+    out = []
+    for s in model.resolve_callee(call):
+        info = model.classes.get(s.class_name or "")
+        if s.kind != "function" or info is None or s.class_name not in classes \
+                or not isinstance(s.node, cst.FunctionDef) or _accessor(s.node):
+            return None
+        out.append((info, s.name))
+    return out or None
+
+
+_RUNS_FORWARD = re.compile(r"\bself\s*(?:\.\s*forward\s*)?\(")
+_SWITCHES_MODE = re.compile(r"\bself\s*\.\s*(?:eval|train|requires_grad_)\s*\(")
+
+
+def method_sensitive(model: FileModel, info: ClassInfo, name: str) -> bool:
+    """Whether the method ``name`` of the module class ``info`` may run a layer
+    whose forward depends on the mode: :func:`class_sensitive` of the class
+    cut down to ``__init__``, the method and the methods it reaches through
+    ``self`` (``forward`` too when it calls ``self(x)``), with the attributes
+    only the other methods read no longer built (an autoencoder's
+    ``get_code`` runs the batch-norm encoder, a ``decode`` that runs only a
+    linear head runs none). ``False`` when one of those methods switches
+    the mode itself (``self.eval()``)."""
+    def compute() -> bool:
+        methods = {m: s.node for m, s in info.methods.items() if isinstance(s.node, cst.FunctionDef)}
+        if name not in methods:
+            return False, None
+        reached, todo = {name}, [name]
+        while todo:
+            code = model.module.code_for_node(methods[todo.pop()])
+            more = _attributes_read(code) | ({"forward"} if _RUNS_FORWARD.search(code) else set())
+            for m in more & methods.keys() - reached:
+                reached.add(m)
+                todo.append(m)
+        code = "\n".join(model.module.code_for_node(methods[m]) for m in reached)
+        if _SWITCHES_MODE.search(code):
+            return False, None
+        kept = reached | {"__init__", "__post_init__"}
+        body = info.node.body
+        if not isinstance(body, cst.IndentedBlock):
+            return _class_sensitive(model, info.name, set()), None
+        node = info.node.with_changes(body=body.with_changes(body=[
+            s for s in body.body if not isinstance(s, cst.FunctionDef) or s.name.value in kept]))
+        unused = _attributes_read(model.module.code_for_node(info.node)) - _attributes_read(code) - kept
+        node = node.visit(_Without(set(), unused)) if unused else node
+        return _class_sensitive(model, info.name, set(), replace(info, node=node)), node
+    return model.cached(("method-sensitive", id(info.node), name), compute)[0]
+
+
 def _attributes_read(code: str) -> set[str]:
     """The attributes ``code`` reads through ``self`` (``self.x = ...`` alone reads none)."""
     return set(re.findall(r"\bself\s*\.\s*(\w+)\b(?!\s*=(?!=))", code))

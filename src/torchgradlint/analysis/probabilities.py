@@ -67,11 +67,14 @@ class ProbabilityResolver:
         binding = model.reaching_binding(text, at)
         if binding is not None and binding.kind != "param":
             return _origin(binding, text)
-        if binding is None and at.scope is model.module_scope:
+        if binding is None and (at.scope is model.module_scope or model.global_in(text, at.scope)):
             # script code: ``model = Net()`` then ``try: model = torch.load(ckpt)`` in a later cell;
-            # every binding that may reach ``at`` must resolve (and agree, for a kind)
+            # every binding that may reach ``at`` must resolve (and agree, for a kind). A function
+            # reading a global (``criterion(output, y)`` in ``def train(model)``) runs when it is
+            # called: every module-level binding of the name may be the one it reads.
             found = []
-            for b in model.reaching_bindings(text, at):
+            for b in (model.reaching_bindings(text, at) if at.scope is model.module_scope
+                      else model.bindings_of(text, model.module_scope)):
                 origin = _origin(b, text) if b.kind != "param" else None
                 if origin is None:
                     return None

@@ -16,6 +16,8 @@ from ..analysis.modes import (
     gated_off_at,
     initialises_fresh_module,
     is_module_at,
+    method_sensitive,
+    module_method_classes,
     modes_at,
     mode_sensitive_at,
     recalibrates_statistics,
@@ -61,7 +63,11 @@ methods when no code of the file may switch it to eval mode. A `.eval()` in a br
 (`if (epoch + 1) % k == 0: model.eval()` inside the epoch loop, then a final
 test after it) leaves the modes before it possible too; an `if`/`else` that
 sets the mode in every branch, `if model is not None:`, `if isinstance(model,
-nn.Module):` and `if model.training: model.eval()` do not.
+nn.Module):` and `if model.training: model.eval()` do not. A method the file
+defines on the module class counts as a call of the module when it runs a
+mode-dependent layer (`ae.get_code(x)` whose body runs the batch-norm
+encoder; not a `decode` that runs only a linear layer, nor a method that
+calls `self.eval()` itself).
 
 It stays silent when `model.eval()` or `model.train(False)` runs before the
 call (in the function, in every same-file caller, or inside the `no_grad`
@@ -193,6 +199,9 @@ for epoch in range(epochs):
             generate = not disabled and _library_generate(model, call)  # runs under generate's own no_grad
             if not disabled and not generate:
                 continue
+            methods = module_method_classes(model, call) if disabled else None
+            if methods:
+                text = call.receiver_text  # ``ae.get_code(x)``: the method runs ``ae``'s layers
             if not is_module_at(model, call, text):
                 continue
             region = call.region or call.scope.decorator_region
@@ -201,6 +210,8 @@ for epoch in range(epochs):
                 continue
             if not trains_sensitive_module_at(model, call, text) or gated_off_at(model, call, text):
                 continue  # (or its forward runs dropout only when asked: ``if is_training:``)
+            if methods and not all(method_sensitive(model, info, name) for info, name in methods):
+                continue  # the method runs none of the mode-dependent layers (or switches the mode itself)
             if recalibrates_statistics(model, call, text):
                 continue  # a hand-written update_bn pass: training mode on purpose
             if switched_to_training_for(model, call, text) and statistics_free_at(model, call, text):
