@@ -2100,3 +2100,36 @@ def test_a_module_method_after_eval_is_silent():
     src = AUTOENCODER.format(call="get_code(x)").replace("with torch.no_grad():", "ae.eval()\nwith torch.no_grad():")
     result = lint_source(src, "x.py", [NoGradWithoutEval])
     assert [d for d in result.diagnostics if d.code in ("TGL201", "TGL000")] == []
+
+
+VOLATILE = """
+import torch
+import torchvision
+from torch import nn
+from torch.autograd import Variable
+
+{build}
+for img, label in loader:
+    img = Variable(img, volatile=True).cuda()
+    {rebind}out = net(img)
+    features.append(out.data)
+"""
+
+
+@pytest.mark.parametrize("build, rebind, fires", [
+    # huanfengAI's dogcat features: a pre-0.4 ``volatile`` input, meant as no_grad, the backbone in training mode
+    ("net = torchvision.models.inception_v3(pretrained=True)", "", True),
+    ("net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))", "", True),
+    ("net = torchvision.models.inception_v3(pretrained=True)\nnet.eval()", "", False),
+    ("net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())", "", False),  # nothing depends on the mode
+    ("net = q_func(4, 2)", "", False),  # a model of another file: not visibly mode-dependent
+    # the input rebound without ``volatile`` before the call: no evaluation marker reaches it
+    ("net = torchvision.models.inception_v3(pretrained=True)", "img = Variable(img.data)\n    ", False),
+])
+def test_a_volatile_variable_marks_an_evaluation(build, rebind, fires):
+    src = VOLATILE.format(build=build, rebind=rebind)
+    result = lint_source(src, "x.py", [NoGradWithoutEval])
+    found = [d for d in result.diagnostics if d.code in ("TGL201", "TGL000")]
+    assert [d.code for d in found] == (["TGL201"] if fires else [])
+    if fires:
+        assert "volatile=True" in found[0].message and "PyTorch 0.4" in found[0].detail

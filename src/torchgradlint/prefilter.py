@@ -618,7 +618,8 @@ def may_build_layer_in_forward(facts: FileFacts) -> bool:
 
 def may_evaluate_trained_module(facts: FileFacts) -> bool:
     """TGL201's premise: the file spells a grad-mode API (``no_grad``,
-    ``inference_mode``, ``set_grad_enabled``: the regions it checks), or it
+    ``inference_mode``, ``set_grad_enabled``: the regions it checks; or
+    pre-0.4 ``volatile``, the inputs it reads as evaluation ones), or it
     has a ``for`` loop that may walk a data source (:func:`iterates_data_somewhere`:
     the evaluation loop without ``no_grad`` it also reports) and a ``.train(``
     call (a helper's mode switch) or a backward call
@@ -626,7 +627,7 @@ def may_evaluate_trained_module(facts: FileFacts) -> bool:
     "backward" in a comment, a docstring or a name (``backward_compatible``)
     is no backward call."""
     s = facts.source
-    if any(t in s for t in ("no_grad", "inference_mode", "set_grad_enabled")):
+    if any(t in s for t in ("no_grad", "inference_mode", "set_grad_enabled", "volatile")):
         return True
     if ".train(" not in s and not may_call_backward(s):
         return False

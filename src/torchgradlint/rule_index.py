@@ -20,7 +20,7 @@ RULES = (
     ('TGL102', 'retain-graph-in-loop', True, (('retain_graph',),), True, False, ''),
     ('TGL103', 'no-grad-not-entered', True, (('no_grad', 'inference_mode', 'enable_grad'),), False, False, ''),
     ('TGL104', 'ctx-tensor-attribute', True, (('Function',), ('ctx', 'backward')), False, False, ''),
-    ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'backward', '.train('),), False, False, 'evaluates-trained-module'),
+    ('TGL201', 'no-grad-without-eval', True, (('no_grad', 'inference_mode', 'set_grad_enabled', 'volatile', 'backward', '.train('),), False, False, 'evaluates-trained-module'),
     ('TGL202', 'train-not-restored', True, (('eval', 'train('), ('backward', 'step')), False, False, 'switches-to-eval'),
     ('TGL203', 'functional-dropout-ignores-eval', True, (('dropout', 'Dropout', 'scaled_dot_product_attention'),), False, False, 'functional-dropout-call'),
     ('TGL301', 'amp-clip-without-unscale', True, (('scale',), ('clip_grad',)), True, False, ''),

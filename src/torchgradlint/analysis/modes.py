@@ -1142,9 +1142,41 @@ def statistics_free_at(model: FileModel, call: Call, text: str) -> bool:
     return _constructions_free_of(model, call, text, "statistics")
 
 
-def _constructions_free_of(model: FileModel, call: Call, text: str, kind: str) -> bool:
+def _constructions_at(model: FileModel, call: Call, text: str) -> list:
+    """The values that build the module ``text`` where ``call`` runs: those of
+    its bindings that may reach the call, else of every binding in the file."""
     here = _built_values(model, text, model.reaching_bindings(text, call))
-    ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
+    return here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
+
+
+def visibly_sensitive_at(model: FileModel, call: Call, text: str) -> bool:
+    """Whether every construction of the module ``text`` that may reach
+    ``call`` is visible in the file and holds a mode-dependent layer: a
+    ``torch.nn`` layer that is or holds one, a same-file module class that
+    :func:`class_sensitive` judges so, or a model-zoo factory
+    (``torchvision.models.*``, ``timm.create_model``: batch norm or dropout).
+    ``False`` when a construction is not visible (a parameter, a factory of
+    another file) or mode-free. Stricter than :func:`mode_sensitive_at`,
+    which takes what it cannot see as possibly dependent on the mode."""
+    ctors = _constructions_at(model, call, text)
+    if not ctors:
+        return False
+    for v in ctors:
+        v = unwrap(v, MODULE_RETURNING_METHODS)
+        kind = constructor_kind(model, v)
+        if kind == "zoo":
+            continue
+        if kind == "class" and class_sensitive(model, dotted_name(v.func) or ""):
+            continue
+        if kind == "nn" and any(not _code_free_of(model, model.module.code_for_node(v), k, set())
+                                for k in ("dropout", "statistics")):
+            continue
+        return False
+    return True
+
+
+def _constructions_free_of(model: FileModel, call: Call, text: str, kind: str) -> bool:
+    ctors = _constructions_at(model, call, text)
     loaded = [v for v in ctors if isinstance(v, cst.Call) and model.qualname(v.func) == "torch.load"]
     for v in loaded:  # a checkpoint of the whole module: what this file saved there, else not visible
         saved = _saved_to(model, v, frozenset())
@@ -1168,8 +1200,7 @@ def gated_off_at(model: FileModel, call: Call, text: str) -> bool:
     ``*args``/``**kwargs`` gives no answer (``False``)."""
     if call.func_text not in (text, f"{text}.forward"):
         return False  # ``model.generate(...)`` takes other arguments
-    here = _built_values(model, text, model.reaching_bindings(text, call))
-    ctors = here or _built_values(model, text, [a for a in model.assigns if a.binds(text)])
+    ctors = _constructions_at(model, call, text)
     if not ctors:
         return False
     for v in ctors:

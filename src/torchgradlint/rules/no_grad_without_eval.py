@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from ..analysis.literals import is_literal
 from ..analysis.model import FileModel, GradMode, unwrap
 from ..analysis.names import dotted_name
 from ..analysis.modes import (
@@ -24,6 +25,7 @@ from ..analysis.modes import (
     statistics_free_at,
     switched_to_training_for,
     trains_sensitive_module_at,
+    visibly_sensitive_at,
 )
 from ..analysis.steps import optimizer_step
 from ..analysis.torch_api import FORWARD_METHODS, MODULE_RETURNING_METHODS
@@ -46,7 +48,7 @@ class NoGradWithoutEval(Rule):
     summary = "module evaluated under no_grad/inference_mode while it may be in training mode"
     probe = "module-mode"
     # an evaluation loop without no_grad follows training: "backward" is in the file
-    prefilter = (("no_grad", "inference_mode", "set_grad_enabled", "backward", ".train("),)
+    prefilter = (("no_grad", "inference_mode", "set_grad_enabled", "volatile", "backward", ".train("),)
     ast_prefilter = "evaluates-trained-module"  # a grad-mode API, a `.train(` call or a backward call
     docs = """
 ## What it does
@@ -67,7 +69,11 @@ nn.Module):` and `if model.training: model.eval()` do not. A method the file
 defines on the module class counts as a call of the module when it runs a
 mode-dependent layer (`ae.get_code(x)` whose body runs the batch-norm
 encoder; not a `decode` that runs only a linear layer, nor a method that
-calls `self.eval()` itself).
+calls `self.eval()` itself). A pre-0.4 input `Variable(x, volatile=True)`
+marks the call as an evaluation too (that flag was PyTorch's `no_grad`
+and does nothing since 0.4), for a module visibly built with dropout or
+batch norm in the file (a model-zoo backbone, an `nn` layer, a same-file
+class that holds one).
 
 It stays silent when `model.eval()` or `model.train(False)` runs before the
 call (in the function, in every same-file caller, or inside the `no_grad`
@@ -188,7 +194,7 @@ for epoch in range(epochs):
             return
         yield from self._evaluation_loops(model)
         if not model.regions and not any(s.decorator_region for s in model.scopes) \
-                and not any(c.method == "generate" for c in model.calls):
+                and not any(c.method == "generate" for c in model.calls) and not _mentions_volatile(model):
             return
         reported: set[tuple[int, str]] = set()
         for call in model.calls:
@@ -197,6 +203,8 @@ for epoch in range(epochs):
                 continue
             disabled = model.grad_mode(call) is GradMode.DISABLED
             generate = not disabled and _library_generate(model, call)  # runs under generate's own no_grad
+            volatile = not disabled and not generate and _volatile_input(model, call)
+            disabled = disabled or volatile  # pre-0.4 ``Variable(x, volatile=True)``: meant as no_grad
             if not disabled and not generate:
                 continue
             methods = module_method_classes(model, call) if disabled else None
@@ -210,6 +218,8 @@ for epoch in range(epochs):
                 continue
             if not trains_sensitive_module_at(model, call, text) or gated_off_at(model, call, text):
                 continue  # (or its forward runs dropout only when asked: ``if is_training:``)
+            if volatile and not visibly_sensitive_at(model, call, text):
+                continue  # a legacy script's own models: report only what visibly holds dropout or batch norm
             if methods and not all(method_sensitive(model, info, name) for info, name in methods):
                 continue  # the method runs none of the mode-dependent layers (or switches the mode itself)
             if recalibrates_statistics(model, call, text):
@@ -225,6 +235,13 @@ for epoch in range(epochs):
                 continue  # a batch-norm generator sampled on noise in its own training loop (DCGAN's images)
             reported.add(key)
             api = region.api if region is not None else "torch.no_grad"
+            if volatile:
+                yield Finding.from_text(call.node, (
+                    f"`{text}` evaluates a `Variable(..., volatile=True)` input but may still be in training mode "
+                    f"(trained or `.train()`-ed before, with no `.eval()` in between): dropout stays active and "
+                    f"batch-norm running statistics are overwritten by evaluation data; `volatile` does nothing "
+                    f"since PyTorch 0.4 either: call `{text}.eval()` and evaluate under `torch.no_grad()`"))
+                continue
             if generate:
                 yield Finding.from_text(call.node, (
                     f"`{text}.generate(...)` may run `{text}` in training mode: it was trained or `.train()`-ed "
@@ -237,6 +254,32 @@ for epoch in range(epochs):
                 f"before, with no `.eval()` in between): dropout stays active and batch-norm running "
                 f"statistics are overwritten by evaluation data; call `{text}.eval()` before evaluating "
                 f"and `{text}.train()` after"))
+
+
+def _mentions_volatile(model: FileModel) -> bool:
+    return model.cached("mentions-volatile", lambda: "volatile" in model.source)
+
+
+def _volatile_input(model: FileModel, call) -> bool:
+    """Whether a positional argument of ``call`` is a ``Variable(x,
+    volatile=True)`` (pre-0.4 PyTorch's no_grad), directly or through names
+    every binding of which that may reach the call is one (``inputs =
+    Variable(inputs, volatile=True).cuda()``)."""
+    if not _mentions_volatile(model):
+        return False
+    return any(a.keyword is None and not a.star and _volatile(model, a.value, call) for a in call.node.args)
+
+
+def _volatile(model: FileModel, node: cst.BaseExpression, at, depth: int = 0) -> bool:
+    node = unwrap(node)
+    if isinstance(node, cst.Call):
+        return (dotted_name(node.func) or "").rsplit(".", 1)[-1] == "Variable" and any(
+            a.keyword is not None and a.keyword.value == "volatile" and is_literal(a.value, True) for a in node.args)
+    if isinstance(node, cst.Name) and depth < 3:
+        bindings = model.reaching_bindings(node.value, at)
+        return bool(bindings) and all(b.kind == "assign" and not b.unpacked and b.value is not None
+                                      and _volatile(model, b.value, b, depth + 1) for b in bindings)
+    return False
 
 
 def _module_text(call) -> "str | None":
