@@ -2133,3 +2133,50 @@ def test_a_volatile_variable_marks_an_evaluation(build, rebind, fires):
     assert [d.code for d in found] == (["TGL201"] if fires else [])
     if fires:
         assert "volatile=True" in found[0].message and "PyTorch 0.4" in found[0].detail
+
+
+WRAPPER = """
+import torch
+from torch import nn
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, batch_first=True)
+
+    def forward(self, x, memory):
+        return self.layer(x, memory)
+
+
+class Cached(nn.Module):
+    def __init__(self, base: Decoder):
+        super().__init__()
+        self.base = base
+        self.head = nn.Sequential(self.base, nn.Identity())
+
+    def step(self, x, memory):
+        {body}
+
+
+@torch.no_grad()
+def decode(model, memory):
+    return model.step(memory, memory)
+
+
+cached = Cached(Decoder())
+out = decode(cached, memory)
+"""
+
+
+@pytest.mark.parametrize("body, fires", [
+    # kierandidi's KV-cache exercise: the method is a stub, it runs none of the wrapped decoder's dropout
+    ("raise NotImplementedError", False),
+    ("return self.base(x, memory)", True),
+    ("return self.head(x)", True),  # built from ``self.base`` in ``__init__``
+])
+def test_a_method_through_a_helper_parameter_is_judged_by_what_it_runs(body, fires):
+    src = WRAPPER.format(body=body)
+    result = lint_source(src, "x.py", [NoGradWithoutEval])
+    found = [d for d in result.diagnostics if d.code in ("TGL201", "TGL000")]
+    assert [d.code for d in found] == (["TGL201"] if fires else [])

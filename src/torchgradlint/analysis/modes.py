@@ -1237,12 +1237,7 @@ def _class_sensitive_with_gates_off(model: FileModel, info: ClassInfo, off: froz
             - _attributes_read(model.module.code_for_node(node))
         node = node.visit(_Without(set(), unused)) if unused else node
         # ``__init__(self, ..., dropout=0.5)`` whose rate only built the layers left out: it goes too
-        init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
-                    None)
-        if init is not None:
-            used = set(re.findall(r"\w+", model.module.code_for_node(init.body)))
-            idle = {p.name.value for p in init.params.params if p.default is not None and p.name.value not in used}
-            node = node.visit(_Without(set(), params=idle)) if idle else node
+        node = _without_idle_init_params(model, node, defaults_only=True)
         # the rewritten class is kept with the answer: class_code memoises by node identity
         return _class_sensitive(model, info.name, set(), replace(info, node=node)), node
     return model.cached(("gates-off", id(info.node), off), compute)[0]
@@ -1258,8 +1253,14 @@ def module_method_classes(model: FileModel, call: Call) -> Optional[list[tuple[C
     if not call.method or not recv or recv.split(".")[0] in ("self", "cls") or call.method.startswith("__"):
         return None
     classes = module_classes(model)
+    found = model.resolve_callee(call)
+    fn = model.enclosing_function(call.scope)
+    if not found and fn is not None and recv in fn.params:  # ``def visual_test(model1, ...)``: what callers pass
+        info = model.classes.get(parameter_class(model, fn, recv) or "")
+        method = info.methods.get(call.method) if info is not None else None
+        found = [method] if method is not None else []
     out = []
-    for s in model.resolve_callee(call):
+    for s in found:
         info = model.classes.get(s.class_name or "")
         if s.kind != "function" or info is None or s.class_name not in classes \
                 or not isinstance(s.node, cst.FunctionDef) or _accessor(s.node):
@@ -1301,10 +1302,35 @@ def method_sensitive(model: FileModel, info: ClassInfo, name: str) -> bool:
             return _class_sensitive(model, info.name, set()), None
         node = info.node.with_changes(body=body.with_changes(body=[
             s for s in body.body if not isinstance(s, cst.FunctionDef) or s.name.value in kept]))
-        unused = _attributes_read(model.module.code_for_node(info.node)) - _attributes_read(code) - kept
-        node = node.visit(_Without(set(), unused)) if unused else node
+        needed = _attributes_read(code)
+        stores = [(t.target.attr.value, stmt.value) for fn in (methods.get("__init__"), methods.get("__post_init__"))
+                  if fn is not None for stmt in walk(fn) if isinstance(stmt, cst.Assign)
+                  for t in stmt.targets if isinstance(t.target, cst.Attribute)
+                  and isinstance(t.target.value, cst.Name) and t.target.value.value == "self"]
+        grown = True
+        while grown:  # ``self.head = nn.Sequential(self.body, ...)``: what a needed attribute is built from
+            more = {a for attr, value in stores if attr in needed
+                    for a in _attributes_read(model.module.code_for_node(value))}
+            grown = not more <= needed
+            needed |= more
+        unused = {attr for attr, _ in stores} - needed - kept
+        node = _without_idle_init_params(model, node.visit(_Without(set(), unused))) if unused else node
         return _class_sensitive(model, info.name, set(), replace(info, node=node)), node
     return model.cached(("method-sensitive", id(info.node), name), compute)[0]
+
+
+def _without_idle_init_params(model: FileModel, node: cst.ClassDef, defaults_only: bool = False) -> cst.ClassDef:
+    """The class ``node`` without the ``__init__`` parameters its body no longer
+    uses (only those with a default when ``defaults_only``): a ``base:
+    TinyDecoder`` or a ``dropout=0.5`` that only built the attributes left
+    out names no layer of what is left."""
+    init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+    if init is None:
+        return node
+    used = set(re.findall(r"\w+", model.module.code_for_node(init.body)))
+    idle = {p.name.value for p in init.params.params[1:]
+            if (p.default is not None or not defaults_only) and p.name.value not in used}
+    return node.visit(_Without(set(), params=idle)) if idle else node
 
 
 def _attributes_read(code: str) -> set[str]:
