@@ -269,3 +269,50 @@ def test_a_list_whose_elements_parameters_are_registered_by_hand_is_registered()
 def test_layers_stored_into_the_slots_of_a_plain_container(init, fires):
     attr = re.search(r"self\.\w+", init).group()  # the attribute the container ends in
     assert bool(lines(cls(init, forward=f"return {attr}[0](x)"))) is fires
+
+
+BLENDER = """
+import torch
+import torch.nn as nn
+
+
+class Blender(nn.Module):
+    def __init__(self, builders):
+        super().__init__()
+        self.models = []
+        for build in builders:
+            model = nn.DataParallel(build())
+            model.eval()
+{freeze}            self.models.append(model)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(torch.cat([m(x) for m in self.models], 1))
+"""
+
+
+@pytest.mark.parametrize("freeze, fires", [
+    # JunhongXu's planet blender: pretrained members loaded, frozen and kept out of the parent on purpose
+    ("            for p in model.parameters():\n                p.requires_grad = False\n", False),
+    ("            model.requires_grad_(False)\n", False),
+    ("", True),  # trainable members the optimizer of the blender never sees
+    ("            model.requires_grad_(False)\n            model.requires_grad_(True)\n", True),  # unfrozen again
+])
+def test_frozen_members_kept_in_a_plain_list_are_deliberate(freeze, fires):
+    src = BLENDER.format(freeze=freeze)
+    assert bool(lines(src)) is fires
+
+
+@pytest.mark.parametrize("forward, fires", [
+    # an output or an element passed on is no hand-over of the container
+    ("return self.head(self.models[0](x))", True),
+    ("return self.head(torch.cat([m(x) for m in self.models], 1))", True),
+    ("return Fuse(self.models)(x)", False),  # the container itself: the callee may register it
+    ("return Fuse([self.models, self.head])(x)", False),
+    ("return Fuse(self.models[0])(x)", False),  # an element handed to an unknown callee
+])
+def test_only_the_container_itself_handed_to_an_unknown_callee_counts(forward, fires):
+    src = ("import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.models = []\n        self.models.append(nn.Linear(4, 4))\n"
+           "        self.head = nn.Linear(4, 2)\n\n    def forward(self, x):\n        " + forward + "\n")
+    assert bool(lines(src)) is fires

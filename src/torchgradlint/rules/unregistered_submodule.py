@@ -19,6 +19,7 @@ from ..analysis.module_class_facts import (
 )
 from ..analysis.names import dotted_name
 from ..analysis.torch_api import MODULE_RETURNING_METHODS
+from ..analysis.training import frozen_module
 from ..analysis.tree import walk
 from ..registry import Finding, Rule
 
@@ -58,6 +59,20 @@ def _elements(node: cst.BaseExpression) -> Optional[tuple[str, list[cst.BaseExpr
             if isinstance(side, cst.List):
                 return _elements(side)
     return None
+
+
+def _hands_over(value: cst.BaseExpression, texts: set[str]) -> bool:
+    """Whether the argument ``value`` gives the callee one of the containers
+    ``texts`` itself: the name (``Block(self.layers)``), in a list or tuple
+    display (``Wrapper([self.layers, self.heads])``) or as an element
+    (``Wrapper(self.layers[0])``, which may register the layer); not the
+    output of a call that reads it (``self.head(self.layers[0](x))``), nor
+    a comprehension over it (``torch.cat([m(x) for m in self.layers])``)."""
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return any(_hands_over(e.value, texts) for e in value.elements)
+    if isinstance(value, cst.Subscript):
+        value = value.value
+    return dotted_name(value) in texts
 
 
 def _float32_already(model: FileModel, call: cst.Call) -> bool:
@@ -133,9 +148,14 @@ on lists of functions or stateless layers (`[F.relu, torch.tanh]`,
 holds nothing else: Autoformer's `series_decomp` around an `nn.AvgPool1d`), on tensors without `requires_grad=True`, when
 the class registers its layers itself (`add_module`, `setattr(self, ...)`,
 `self.__setattr__(...)`, or each element's parameters with `register_parameter` in a loop over
-the list, directly or through a method of the class),
+the list, directly or through a method of the class), on modules the file
+freezes before storing them (`for p in model.parameters(): p.requires_grad =
+False`, `model.requires_grad_(False)`: a blender's pretrained members, kept
+out of its parameters and `state_dict` on purpose),
 when the class overrides `parameters()` (it hands its tensors to the optimizer
-itself), and when the container is handed to another object in `__init__`.
+itself), and when the container itself, or one of its elements, is handed to an
+object the file cannot see into (`Block(self.layers)`; a layer's output passed on,
+`self.head(self.layers[0](x))`, hands nothing over).
 
 ## Why is this bad?
 `nn.Module.__setattr__` registers only `nn.Module` and `nn.Parameter` values.
@@ -198,6 +218,8 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                 return None
             if self._registered_elsewhere(model, node.value, init):
                 return None
+            if frozen_module(model, node.value):
+                return None  # a frozen, separately loaded model kept out of the parent on purpose (an ensemble)
             node = b.value
         node = unwrap(node, MODULE_RETURNING_METHODS)  # ``nn.Linear(a, b).cuda()``: the module itself
         if is_stateful_module_ctor(model, node):
@@ -298,6 +320,8 @@ a trainable tensor and `nn.ParameterList` for a list of them.
                 continue
             if c.receiver_text in texts:
                 continue  # self.layers.index(x), self.layers.append(...)
+            if not any(_hands_over(a.value, texts) for a in c.node.args):
+                continue  # ``self.head(self.models[0](x))``: the callee gets an output or an element, not the container
             return True  # e.g. Block(self.layers): the callee may register it
         return False
 
