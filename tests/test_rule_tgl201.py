@@ -2180,3 +2180,29 @@ def test_a_method_through_a_helper_parameter_is_judged_by_what_it_runs(body, fir
     result = lint_source(src, "x.py", [NoGradWithoutEval])
     found = [d for d in result.diagnostics if d.code in ("TGL201", "TGL000")]
     assert [d.code for d in found] == (["TGL201"] if fires else [])
+
+
+SHAPE_CHECK = """
+import torch
+from torch import nn
+
+net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1), nn.Linear(4, 2)){load}
+x = torch.randn(3, 4)
+with torch.no_grad():
+    out = net(x)
+{after}
+"""
+
+
+@pytest.mark.parametrize("load, after, fires", [
+    # ProgramerSalar's UNet and VAE decoder smoke tests: a fresh model's output read only for its shape
+    ("", "print(out.shape)", False),
+    ("", "assert out.size(1) == 2 and out.dtype == torch.float32 and len(out) == 3", False),
+    ("", "print(out.shape, out.mean())", True),  # a value read: an evaluation of the fresh model
+    ("\nnet.load_state_dict(torch.load('net.pt'))", "print(out.shape)", True),  # trained weights: an evaluation
+])
+def test_a_fresh_model_forwarded_for_its_output_shape_is_no_evaluation(load, after, fires):
+    src = SHAPE_CHECK.format(load=load, after=after)
+    result = lint_source(src, "x.py", [NoGradWithoutEval])
+    found = [d.code for d in result.diagnostics if d.code in ("TGL201", "TGL000")]
+    assert found == (["TGL201"] if fires else [])

@@ -45,7 +45,7 @@ from .model import (RECEIVER_METHODS, Assign, Call, ClassInfo, FileModel, GradMo
 from .class_arguments import class_for_arguments, method_arguments
 from .grad_mode import MODULE_MODE_MANAGERS
 from .names import dotted_name
-from .reads import assigned_names, binding_never_read, never_read
+from .reads import assigned_names, binding_never_read, never_read, read_only_for_shape
 from .steps import backward_call, optimizer_step
 from .torch_api import (CLASS_FACTORIES, FORWARD_METHODS, MODE_FREE_LIBRARY_CLASSES, MODE_FREE_UNLESS_GIVEN, MODE_LAYER,
                         MODULE_RETURNING_METHODS, MONAI_NORM_CONFIGURED, PEFT_WRAPPERS, SAME_FORWARD_WRAPPERS)
@@ -2351,9 +2351,16 @@ def initialises_fresh_module(model: FileModel, call: Call, text: str) -> bool:
     holds weights already (a model-zoo model, a loaded state dict or
     checkpoint: :func:`_has_weights`) has nothing lazy to initialise: a
     forward of it in training mode is a (warm-up) evaluation whose batch
-    norm still rewrites the pretrained running statistics."""
-    return not modes_at(model, call, text) - {BUILT} and output_discarded(model, call) \
-        and not _has_weights(model, call, text)
+    norm still rewrites the pretrained running statistics. A forward whose
+    output is read only for its shape (``print(out.shape)`` after building a
+    UNet: :func:`.reads.read_only_for_shape`) is such a probe too."""
+    return not modes_at(model, call, text) - {BUILT} and not _has_weights(model, call, text) \
+        and (output_discarded(model, call) or _read_only_for_shape(model, call))
+
+
+def _read_only_for_shape(model: FileModel, call: Call) -> bool:
+    names = assigned_names(call.statement, call.node)
+    return bool(names) and all(read_only_for_shape(model, call.statement, n, call.scope) for n in names)
 
 
 def recalibrates_statistics(model: FileModel, call: Call, text: str) -> bool:

@@ -214,16 +214,11 @@ def read_only_detached(model: FileModel, binding: "Assign", name: str, stores: s
     conservative: a read that cannot be placed in a simple statement or a
     ``for``/``while``/``if`` header of ``binding``'s scope (a ``with`` item,
     a nested function) is a read that keeps the graph."""
-    scope = binding.scope
-    reads = sum(1 for s in _reads(model).get(name, ()) if s is scope.node)
-    placed = detached = 0
-    for stmt, located in _statement_groups(model, scope):
-        n = _reads_in(stmt, name)
-        if not n:
-            continue
-        placed += n
-        if not any(binding in model.reaching_bindings(name, f) for f in located):
-            continue  # a later binding's value
+    found = _placed_reads(model, binding, name, binding.scope)
+    if found is None:
+        return False
+    detached = 0
+    for stmt, n in found:
         if id(stmt) in stores:
             continue
         lengths = sum(1 for node in walk(stmt) if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
@@ -233,4 +228,55 @@ def read_only_detached(model: FileModel, binding: "Assign", name: str, stores: s
         if d + lengths < n:
             return False
         detached += d
-    return placed == reads and detached > 0
+    return detached > 0
+
+
+def _placed_reads(model: FileModel, binding: "Assign", name: str,
+                  scope: Scope) -> "Optional[list[tuple[cst.CSTNode, int]]]":
+    """Each simple statement or ``for``/``while``/``if`` header of ``scope``
+    that reads the value ``binding`` gives ``name``, with its number of reads
+    of ``name`` (reads reached only by later bindings are left out); ``None``
+    when a read of ``name`` in ``scope`` cannot be placed in one (a ``with``
+    item, a nested function): the callers count it as a read of the value."""
+    reads = sum(1 for s in _reads(model).get(name, ()) if s is scope.node)
+    placed = 0
+    out = []
+    for stmt, located in _statement_groups(model, scope):
+        n = _reads_in(stmt, name)
+        if not n:
+            continue
+        placed += n
+        if any(binding in model.reaching_bindings(name, f) for f in located):
+            out.append((stmt, n))
+    return out if placed == reads else None
+
+#: what a shape probe reads of a module's output: ``out.shape``, ``out.size(1)``, ``out.dtype``...
+SHAPE_ATTRIBUTES = frozenset({"shape", "size", "dtype", "ndim", "dim", "device", "numel"})
+
+
+def read_only_for_shape(model: FileModel, statement: cst.CSTNode, name: str, scope: Scope) -> bool:
+    """Whether the value the simple statement ``statement`` binds to ``name``
+    is read only for its shape: every read of ``name`` in ``scope`` that this
+    binding reaches is ``name.shape``, ``name.size(...)``, ``name.dtype``
+    (:data:`SHAPE_ATTRIBUTES`), ``len(name)`` or ``type(name)`` (a model's
+    shape check: ``out = model(x)``, then ``print(out.shape)``), and there is
+    at least one. Conservative: a read that cannot be placed in a simple
+    statement or a ``for``/``while``/``if`` header of the scope counts as a
+    read of the values."""
+    mine = [a for a in model.assigns_in_scope(scope) if a.statement is statement and a.binds(name)]
+    found = _placed_reads(model, mine[0], name, scope) if len(mine) == 1 else None
+    if not found:
+        return False
+    for stmt, n in found:
+        shaped = 0
+        for node in walk(stmt):
+            if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == name \
+                    and node.attr.value in SHAPE_ATTRIBUTES:
+                shaped += 1
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("len", "type") \
+                    and len(node.args) == 1 and isinstance(node.args[0].value, cst.Name) \
+                    and node.args[0].value.value == name:
+                shaped += 1
+        if shaped < n:
+            return False
+    return True

@@ -97,9 +97,10 @@ training-mode forward on a training-like batch, not an evaluation on held-out
 data. With dropout in the generator it is still reported. A dummy forward of
 a module built and not trained yet whose output is never read (`with
 torch.no_grad(): out = model(data)` to initialise lazy modules, as PyTorch
-Geometric's examples write it) evaluates nothing and is not reported either
-(unless the module holds weights already: a model-zoo model or a loaded
-state dict has nothing lazy to initialise);
+Geometric's examples write it), or whose output is read only for its shape
+(`print(out.shape)` after building a UNet), evaluates nothing and is not
+reported either (unless the module holds weights already: a model-zoo model
+or a loaded state dict has nothing lazy to initialise);
 nor is a pass over the data whose outputs are summed into a loss that is
 backpropagated after the loop (an auxiliary loss over the whole training
 set). PyTorch Geometric's `GCN`/`GraphSAGE`/`GIN`/`GAT`/`PNA`/`EdgeCNN`
