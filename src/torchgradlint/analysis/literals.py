@@ -131,14 +131,13 @@ def bound_literal(model: "FileModel", node: Optional[cst.BaseExpression], at: "O
 
 def is_literal(node: Optional[cst.CSTNode], value: object) -> bool:
     """Whether ``node`` is the literal ``True``, ``False`` or ``None`` that ``value`` is."""
-    return isinstance(node, cst.Name) and node.value == repr(value)
+    return (value is None or isinstance(value, bool)) and literal_value(node) is value
 
 
 def literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
     """``True``/``False`` for those literals; ``None`` for anything else."""
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
-    return None
+    value = literal_value(node)
+    return value if isinstance(value, bool) else None
 
 
 def number(node: Optional[cst.BaseExpression]) -> Optional[float]:

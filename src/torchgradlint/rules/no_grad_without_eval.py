@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ..analysis.literals import is_literal
+from ..analysis.literals import is_literal, plain_bindings
 from ..analysis.model import FileModel, GradMode, unwrap
 from ..analysis.names import dotted_name
 from ..analysis.modes import (
@@ -277,9 +277,9 @@ def _volatile(model: FileModel, node: cst.BaseExpression, at, depth: int = 0) ->
         return (dotted_name(node.func) or "").rsplit(".", 1)[-1] == "Variable" and any(
             a.keyword is not None and a.keyword.value == "volatile" and is_literal(a.value, True) for a in node.args)
     if isinstance(node, cst.Name) and depth < 3:
-        bindings = model.reaching_bindings(node.value, at)
-        return bool(bindings) and all(b.kind == "assign" and not b.unpacked and b.value is not None
-                                      and _volatile(model, b.value, b, depth + 1) for b in bindings)
+        bindings = plain_bindings(model, node.value, at)
+        return bindings is not None and all(b.kind == "assign" and _volatile(model, b.value, b, depth + 1)
+                                            for b in bindings)
     return False
 
 
